@@ -1,0 +1,65 @@
+//! Scaled dot-product attention over heads, shared by the Keras-exact and the torch-style modules.
+//!
+//! The two libraries agree on everything here except what a query row with no allowed key gets,
+//! which is a parameter ([`FullyMaskedRows`]).
+
+use burn::tensor::activation::softmax;
+use burn::tensor::{Bool, Distribution, Tensor};
+
+/// The logit given to a blocked (query, key) pair.
+///
+/// This is Keras' `dot_product_attention` value, `-0.7 * float32::MAX`: finite, so a row whose
+/// keys are all blocked gets equal logits and a uniform softmax instead of NaN, and far enough
+/// below any real logit that `exp` of it underflows to exactly 0 in every other row.
+pub const BLOCKED_LOGIT: f32 = -0.7 * f32::MAX;
+
+/// What a query row with no allowed key attends to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FullyMaskedRows {
+    /// Uniform attention over all keys, blocked ones included: Keras 3's default call
+    /// (`ops.dot_product_attention`).
+    Uniform,
+    /// No attention at all (probabilities 0, so the row's output is the output bias): Keras 3's
+    /// `return_attention_scores=True` / dropout path, and torch's `need_weights=False` path.
+    Zero,
+}
+
+/// Softmax over the last axis (keys) with blocked pairs removed.
+///
+/// `logits`: `[B, h, T, S]`; `blocked`: `[B, h, T, S]`, true = the query may NOT attend that key.
+pub fn masked_softmax(logits: Tensor<4>, blocked: Option<Tensor<4, Bool>>, rows: FullyMaskedRows) -> Tensor<4> {
+    let Some(blocked) = blocked else {
+        return softmax(logits, 3); // [B, h, T, S]
+    };
+    let logits = logits.mask_fill(blocked.clone(), BLOCKED_LOGIT); // [B, h, T, S]
+    let probs = softmax(logits, 3); // [B, h, T, S]
+    match rows {
+        FullyMaskedRows::Uniform => probs,
+        // Outside fully masked rows the blocked probabilities are already exactly 0.
+        FullyMaskedRows::Zero => probs.mask_fill(blocked, 0.0), // [B, h, T, S]
+    }
+}
+
+/// Inverted dropout on attention probabilities: keeps each entry with probability `1 - rate` and
+/// scales the kept ones by `1 / (1 - rate)`, as Keras' and torch's `Dropout` do.
+pub fn dropout_probs(probs: Tensor<4>, rate: f64) -> Tensor<4> {
+    if rate <= 0.0 {
+        return probs;
+    }
+    let keep = Tensor::<4>::random(probs.shape(), Distribution::Bernoulli(1.0 - rate), &probs.device()); // [B, h, T, S]
+    probs * keep.div_scalar(1.0 - rate) // [B, h, T, S]
+}
+
+/// Splits the feature axis into heads: `[B, L, h * d] -> [B, h, L, d]`.
+pub fn split_heads(x: Tensor<3>, num_heads: usize) -> Tensor<4> {
+    let [batch, len, width] = x.dims();
+    x.reshape([batch, len, num_heads, width / num_heads]) // [B, L, h, d]
+        .swap_dims(1, 2) // [B, h, L, d]
+}
+
+/// Concatenates the heads back: `[B, h, L, d] -> [B, L, h * d]` (head-major, Keras' and torch's flat order).
+pub fn merge_heads(x: Tensor<4>) -> Tensor<3> {
+    let [batch, heads, len, dim] = x.dims();
+    x.swap_dims(1, 2) // [B, L, h, d]
+        .reshape([batch, len, heads * dim]) // [B, L, h * d]
+}

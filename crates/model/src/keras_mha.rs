@@ -1,0 +1,431 @@
+//! Keras-exact multi-head attention: `keras.layers.MultiHeadAttention` (Keras 3.15) as a Burn module.
+//!
+//! For query `x_q [B, T, Dq]`, value `x_v [B, S, Dv]` and key `x_k [B, S, Dk]` (default: the value):
+//!
+//! ```text
+//! Q = x_q Wq + bq      Wq: (Dq, h, k)   -> Q [B, T, h, k]
+//! K = x_k Wk + bk      Wk: (Dk, h, k)   -> K [B, S, h, k]
+//! V = x_v Wv + bv      Wv: (Dv, h, v)   -> V [B, S, h, v]
+//! P = softmax(scale * Q K^T, mask)      -> P [B, h, T, S],  scale = float32(1 / sqrt(k))
+//! y = concat_h(P V) Wo + bo             Wo: (h, v, O)   -> y [B, T, O]
+//! ```
+//!
+//! `O` is `output_shape`, by default the query width `Dq`: the layer maps `[B, 136, 4]` back to
+//! `[B, 136, 4]` whatever `h * k` is, which is what torch's `nn.MultiheadAttention` cannot express.
+//!
+//! Masks use Keras' polarity: `true` = the query may attend the key. `use_causal_mask` allows
+//! key `s` for query `t` iff `s <= t` (top-left aligned) and is ANDed with `attention_mask`.
+//!
+//! A query row with no allowed key follows Keras exactly, and Keras has two behaviours:
+//! the default call attends uniformly to all keys ([`FullyMaskedRows::Uniform`]); a call that
+//! returns the scores, or any call of a layer with `dropout > 0`, goes through Keras' explicit
+//! softmax whose masked probabilities are zeroed, so the row's output is `attention_output.bias`
+//! ([`FullyMaskedRows::Zero`]). Neither produces NaN.
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::nn::Linear;
+use burn::tensor::{Bool, Device, Tensor};
+
+use crate::attention::{FullyMaskedRows, dropout_probs, masked_softmax, merge_heads, split_heads};
+use crate::dense::{keras_glorot_linear, linear, linear_weights};
+use crate::error::{ModelError, Result};
+use crate::weights::WeightMap;
+
+/// The constructor arguments of `keras.layers.MultiHeadAttention`, plus the input widths that
+/// Keras infers at build time.
+#[derive(Config, Debug, PartialEq)]
+pub struct KerasMhaConfig {
+    /// Number of attention heads `h`.
+    pub num_heads: usize,
+    /// Size of each query and key head `k`.
+    pub key_dim: usize,
+    /// Width of the query input `Dq`.
+    pub query_dim: usize,
+    /// Size of each value head `v`; `None` = `key_dim`.
+    pub value_dim: Option<usize>,
+    /// Width of the value input `Dv`; `None` = `query_dim`.
+    pub value_input_dim: Option<usize>,
+    /// Width of the key input `Dk`; `None` = the value width.
+    pub key_input_dim: Option<usize>,
+    /// Width of the output `O`; `None` = `query_dim`.
+    pub output_shape: Option<usize>,
+    /// Dropout rate on the attention probabilities (training only).
+    #[config(default = 0.0)]
+    pub dropout: f64,
+    /// Whether the four dense layers have biases.
+    #[config(default = true)]
+    pub use_bias: bool,
+    /// Keras' `attention_axes`; only the default (`None`, or the sequence axis `[1]` / `[-2]`) is
+    /// supported.
+    pub attention_axes: Option<Vec<i64>>,
+    /// Keras' `use_gate`; not supported yet.
+    #[config(default = false)]
+    pub use_gate: bool,
+    /// Sliding-window attention; not supported yet.
+    pub sliding_window: Option<usize>,
+}
+
+/// The sizes of a validated [`KerasMhaConfig`], every default resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KerasMhaDims {
+    pub num_heads: usize,
+    pub key_dim: usize,
+    pub value_dim: usize,
+    pub query_dim: usize,
+    pub key_input_dim: usize,
+    pub value_input_dim: usize,
+    pub output_dim: usize,
+}
+
+impl KerasMhaConfig {
+    /// Checks every field and resolves the defaults.
+    pub fn dims(&self) -> Result<KerasMhaDims> {
+        for (field, value) in [("num_heads", self.num_heads), ("key_dim", self.key_dim), ("query_dim", self.query_dim)] {
+            if value == 0 {
+                return Err(ModelError::config(field, value, "must be at least 1"));
+            }
+        }
+        for (field, value) in [
+            ("value_dim", self.value_dim),
+            ("value_input_dim", self.value_input_dim),
+            ("key_input_dim", self.key_input_dim),
+            ("output_shape", self.output_shape),
+        ] {
+            if value == Some(0) {
+                return Err(ModelError::config(field, 0, "must be at least 1"));
+            }
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return Err(ModelError::config("dropout", self.dropout, "must be in [0, 1)"));
+        }
+        if let Some(axes) = &self.attention_axes
+            && !(axes.as_slice() == [1] || axes.as_slice() == [-2])
+        {
+            return Err(ModelError::config(
+                "attention_axes",
+                format!("{axes:?}"),
+                "only the default (attention over the sequence axis of [B, T, D] inputs) is supported yet",
+            ));
+        }
+        if self.use_gate {
+            return Err(ModelError::config("use_gate", true, "gated attention is not supported yet"));
+        }
+        if let Some(window) = self.sliding_window {
+            return Err(ModelError::config("sliding_window", window, "sliding-window attention is not supported yet"));
+        }
+        let value_input_dim = self.value_input_dim.unwrap_or(self.query_dim);
+        Ok(KerasMhaDims {
+            num_heads: self.num_heads,
+            key_dim: self.key_dim,
+            value_dim: self.value_dim.unwrap_or(self.key_dim),
+            query_dim: self.query_dim,
+            key_input_dim: self.key_input_dim.unwrap_or(value_input_dim),
+            value_input_dim,
+            output_dim: self.output_shape.unwrap_or(self.query_dim),
+        })
+    }
+
+    /// The config of the layer that holds `weights` (Keras names and shapes): every size is read
+    /// off the kernels, `use_bias` off the presence of `query.bias`.
+    pub fn from_weights(weights: &WeightMap) -> Result<Self> {
+        let kernel = |name: &str| -> Result<[usize; 3]> {
+            let shape = &weights.get(name)?.shape;
+            <[usize; 3]>::try_from(shape.as_slice())
+                .map_err(|_| ModelError::TensorRank { name: name.to_string(), expected: 3, found: shape.clone() })
+        };
+        let [dq, h, k] = kernel("query.kernel")?;
+        let [dk, _, _] = kernel("key.kernel")?;
+        let [dv, _, v] = kernel("value.kernel")?;
+        let [_, _, o] = kernel("attention_output.kernel")?;
+        Ok(Self::new(h, k, dq)
+            .with_value_dim(Some(v))
+            .with_key_input_dim(Some(dk))
+            .with_value_input_dim(Some(dv))
+            .with_output_shape(Some(o))
+            .with_use_bias(weights.contains("query.bias")))
+    }
+
+    /// A layer with Keras' default initialisation (Glorot-uniform kernels, zero biases).
+    pub fn init(&self, device: &Device) -> Result<KerasMha> {
+        let d = self.dims()?;
+        let layers = KERAS_DENSE.iter().zip(d.kernel_shapes()).map(|(dense, kernel_shape)| {
+            let (rows, cols) = dense.matrix_shape(kernel_shape);
+            keras_glorot_linear(&kernel_shape, rows, cols, self.use_bias, device)
+        });
+        Ok(KerasMha::from_layers(layers.collect(), d, self.dropout))
+    }
+
+    /// A layer holding the given weights, in Keras' names and shapes (see [`KerasMha::keras_weights`]).
+    /// Missing, misshapen or unknown tensors are errors naming the tensor.
+    pub fn init_with_weights(&self, weights: &WeightMap, device: &Device) -> Result<KerasMha> {
+        let d = self.dims()?;
+        let mut layers = Vec::with_capacity(4);
+        for (dense, kernel_shape) in KERAS_DENSE.iter().zip(d.kernel_shapes()) {
+            let (rows, cols) = dense.matrix_shape(kernel_shape);
+            let kernel = weights.expect(dense.kernel, &kernel_shape)?.reshaped(vec![rows, cols]);
+            let bias = match self.use_bias {
+                true => {
+                    let bias = weights.expect(dense.bias, &dense.bias_shape(kernel_shape))?;
+                    Some(bias.reshaped(vec![cols]).to_tensor(dense.bias, device)?)
+                }
+                false => None,
+            };
+            layers.push(linear(kernel.to_tensor(dense.kernel, device)?, bias));
+        }
+        let known: Vec<&str> = KERAS_DENSE.iter().flat_map(|d| [d.kernel, d.bias]).collect();
+        weights.reject_unknown(&known)?;
+        Ok(KerasMha::from_layers(layers, d, self.dropout))
+    }
+}
+
+impl KerasMhaDims {
+    /// The Keras kernel shapes of `query`, `key`, `value` and `attention_output`.
+    pub fn kernel_shapes(&self) -> [[usize; 3]; 4] {
+        let (h, k, v) = (self.num_heads, self.key_dim, self.value_dim);
+        [[self.query_dim, h, k], [self.key_input_dim, h, k], [self.value_input_dim, h, v], [h, v, self.output_dim]]
+    }
+}
+
+/// One of Keras' four `EinsumDense` sublayers and how its 3-D kernel maps onto a Linear.
+struct KerasDense {
+    kernel: &'static str,
+    bias: &'static str,
+    /// How many leading kernel axes are input axes: 1 for `(D, h, k)`, 2 for `(h, v, O)`.
+    input_axes: usize,
+}
+
+impl KerasDense {
+    /// The `[d_in, d_out]` matrix a kernel flattens to (row-major, so no data moves).
+    fn matrix_shape(&self, kernel: [usize; 3]) -> (usize, usize) {
+        let rows = kernel[..self.input_axes].iter().product();
+        (rows, kernel.iter().product::<usize>() / rows)
+    }
+
+    /// Keras' bias shape: the kernel's output axes.
+    fn bias_shape(&self, kernel: [usize; 3]) -> Vec<usize> {
+        kernel[self.input_axes..].to_vec()
+    }
+}
+
+const KERAS_DENSE: [KerasDense; 4] = [
+    KerasDense { kernel: "query.kernel", bias: "query.bias", input_axes: 1 },
+    KerasDense { kernel: "key.kernel", bias: "key.bias", input_axes: 1 },
+    KerasDense { kernel: "value.kernel", bias: "value.bias", input_axes: 1 },
+    KerasDense { kernel: "attention_output.kernel", bias: "attention_output.bias", input_axes: 2 },
+];
+
+/// Keras-exact multi-head attention. Build it with [`KerasMhaConfig::init`] or
+/// [`KerasMhaConfig::init_with_weights`].
+#[derive(Module, Debug)]
+pub struct KerasMha {
+    /// Query projection, weight `[Dq, h*k]` (Keras' `(Dq, h, k)` kernel, row-major).
+    pub query: Linear,
+    /// Key projection, weight `[Dk, h*k]`.
+    pub key: Linear,
+    /// Value projection, weight `[Dv, h*v]`.
+    pub value: Linear,
+    /// Output projection, weight `[h*v, O]` (Keras' `(h, v, O)` kernel, row-major).
+    pub output: Linear,
+    pub num_heads: usize,
+    pub key_dim: usize,
+    pub value_dim: usize,
+    pub dropout: f64,
+}
+
+/// The arguments of one call, named as Keras names them.
+#[derive(Debug, Clone)]
+pub struct KerasMhaInput {
+    /// `[B, T, Dq]`
+    pub query: Tensor<3>,
+    /// `[B, S, Dv]`
+    pub value: Tensor<3>,
+    /// `[B, S, Dk]`; `None` = `value`.
+    pub key: Option<Tensor<3>>,
+    /// `[B, T, S]`, true = query `t` may attend key `s`.
+    pub attention_mask: Option<Tensor<3, Bool>>,
+    pub use_causal_mask: bool,
+    /// Applies dropout to the attention probabilities.
+    pub training: bool,
+    /// Also return the per-head probabilities (Keras' `return_attention_scores=True`).
+    pub return_attention_scores: bool,
+}
+
+impl KerasMhaInput {
+    /// `layer(query, value)`: self-attention when `value` is `query`.
+    pub fn new(query: Tensor<3>, value: Tensor<3>) -> Self {
+        Self {
+            query,
+            value,
+            key: None,
+            attention_mask: None,
+            use_causal_mask: false,
+            training: false,
+            return_attention_scores: false,
+        }
+    }
+
+    pub fn key(mut self, key: Tensor<3>) -> Self {
+        self.key = Some(key);
+        self
+    }
+
+    pub fn attention_mask(mut self, mask: Tensor<3, Bool>) -> Self {
+        self.attention_mask = Some(mask);
+        self
+    }
+
+    pub fn use_causal_mask(mut self, causal: bool) -> Self {
+        self.use_causal_mask = causal;
+        self
+    }
+
+    pub fn training(mut self, training: bool) -> Self {
+        self.training = training;
+        self
+    }
+
+    pub fn return_attention_scores(mut self, scores: bool) -> Self {
+        self.return_attention_scores = scores;
+        self
+    }
+}
+
+/// The result of a call.
+#[derive(Debug, Clone)]
+pub struct KerasMhaOutput {
+    /// `[B, T, O]`
+    pub output: Tensor<3>,
+    /// `[B, h, T, S]` attention probabilities before dropout, when requested.
+    pub attention_scores: Option<Tensor<4>>,
+}
+
+impl KerasMha {
+    /// Assembles the layer from its query, key, value and output Linears, in that order.
+    fn from_layers(layers: Vec<Linear>, dims: KerasMhaDims, dropout: f64) -> Self {
+        let [query, key, value, output] = <[Linear; 4]>::try_from(layers).expect("exactly four dense layers");
+        Self { query, key, value, output, num_heads: dims.num_heads, key_dim: dims.key_dim, value_dim: dims.value_dim, dropout }
+    }
+
+    /// The call `layer(query, value, key, attention_mask, use_causal_mask, training,
+    /// return_attention_scores)`.
+    pub fn forward(&self, input: KerasMhaInput) -> Result<KerasMhaOutput> {
+        let (batch, query_len, source_len) = self.check_shapes(&input)?;
+        let (h, k) = (self.num_heads, self.key_dim);
+        let key_input = input.key.unwrap_or_else(|| input.value.clone());
+
+        // Keras rounds 1/sqrt(key_dim) to float32 before using it (0.5 for k = 4).
+        let scale = (1.0 / (k as f64).sqrt()) as f32;
+        let q = split_heads(self.query.forward(input.query), h).mul_scalar(scale); // [B, h, T, k]
+        let kk = split_heads(self.key.forward(key_input), h); // [B, h, S, k]
+        let v = split_heads(self.value.forward(input.value), h); // [B, h, S, v]
+
+        let blocked = blocked_pairs(input.attention_mask, input.use_causal_mask, [batch, h, query_len, source_len], &q.device());
+        // Keras' explicit-softmax path (zeroed rows) runs when scores are returned or dropout is set.
+        let explicit_path = input.return_attention_scores || self.dropout > 0.0;
+        let rows = if explicit_path { FullyMaskedRows::Zero } else { FullyMaskedRows::Uniform };
+
+        let logits = q.matmul(kk.swap_dims(2, 3)); // [B, h, T, S]
+        let probs = masked_softmax(logits, blocked, rows); // [B, h, T, S]
+        let dropped = if input.training { dropout_probs(probs.clone(), self.dropout) } else { probs.clone() }; // [B, h, T, S]
+        let context = merge_heads(dropped.matmul(v)); // [B, T, h*v]
+        let output = self.output.forward(context); // [B, T, O]
+
+        Ok(KerasMhaOutput { output, attention_scores: input.return_attention_scores.then_some(probs) })
+    }
+
+    /// Checks every input against the layer's widths and each other; returns `(B, T, S)`.
+    fn check_shapes(&self, input: &KerasMhaInput) -> Result<(usize, usize, usize)> {
+        let [batch, query_len, query_dim] = input.query.dims();
+        let [_, source_len, _] = input.value.dims();
+        let expect = |name: &'static str, found: [usize; 3], expected: [usize; 3]| {
+            if found == expected {
+                Ok(())
+            } else {
+                Err(ModelError::InputShape { input: name, expected: format!("{expected:?}"), found: found.to_vec() })
+            }
+        };
+        expect("query", [batch, query_len, query_dim], [batch, query_len, self.query.weight.dims()[0]])?;
+        expect("value", input.value.dims(), [batch, source_len, self.value.weight.dims()[0]])?;
+        if let Some(key) = &input.key {
+            expect("key", key.dims(), [batch, source_len, self.key.weight.dims()[0]])?;
+        } else if self.key.weight.dims()[0] != self.value.weight.dims()[0] {
+            return Err(ModelError::InputShape {
+                input: "key",
+                expected: format!("a key tensor of width {} (it differs from the value width)", self.key.weight.dims()[0]),
+                found: vec![],
+            });
+        }
+        if let Some(mask) = &input.attention_mask {
+            expect("attention_mask", mask.dims(), [batch, query_len, source_len])?;
+        }
+        Ok((batch, query_len, source_len))
+    }
+
+    /// The weights in Keras' names and shapes: `query.kernel (Dq, h, k)`, `query.bias (h, k)`, ...,
+    /// `attention_output.kernel (h, v, O)`, `attention_output.bias (O)`.
+    pub fn keras_weights(&self) -> WeightMap {
+        let shapes = self.dims().kernel_shapes();
+        let mut map = WeightMap::new();
+        for ((dense, layer), kernel_shape) in KERAS_DENSE.iter().zip(self.layers()).zip(shapes) {
+            let (weight, bias) = linear_weights(layer);
+            map.insert(dense.kernel, weight.reshaped(kernel_shape.to_vec()));
+            if let Some(bias) = bias {
+                map.insert(dense.bias, bias.reshaped(dense.bias_shape(kernel_shape)));
+            }
+        }
+        map
+    }
+
+    fn layers(&self) -> [&Linear; 4] {
+        [&self.query, &self.key, &self.value, &self.output]
+    }
+
+    /// The resolved sizes of this layer.
+    pub fn dims(&self) -> KerasMhaDims {
+        KerasMhaDims {
+            num_heads: self.num_heads,
+            key_dim: self.key_dim,
+            value_dim: self.value_dim,
+            query_dim: self.query.weight.dims()[0],
+            key_input_dim: self.key.weight.dims()[0],
+            value_input_dim: self.value.weight.dims()[0],
+            output_dim: self.output.weight.dims()[1],
+        }
+    }
+
+    /// The config that rebuilds this layer's shape.
+    pub fn config(&self) -> KerasMhaConfig {
+        let d = self.dims();
+        KerasMhaConfig::new(d.num_heads, d.key_dim, d.query_dim)
+            .with_value_dim(Some(d.value_dim))
+            .with_value_input_dim(Some(d.value_input_dim))
+            .with_key_input_dim(Some(d.key_input_dim))
+            .with_output_shape(Some(d.output_dim))
+            .with_dropout(self.dropout)
+            .with_use_bias(self.query.bias.is_some())
+    }
+
+    /// Number of trainable scalars (Keras' `count_params()`).
+    pub fn num_params(&self) -> usize {
+        Module::num_params(self)
+    }
+}
+
+/// The blocked (query, key) pairs, true = may NOT attend, from a Keras mask (true = may attend)
+/// and the causal rule; `None` when nothing is blocked.
+fn blocked_pairs(
+    attention_mask: Option<Tensor<3, Bool>>, // [B, T, S]
+    causal: bool,
+    [batch, heads, query_len, source_len]: [usize; 4],
+    device: &Device,
+) -> Option<Tensor<4, Bool>> {
+    let from_mask = attention_mask.map(|m| m.bool_not().unsqueeze_dim::<4>(1)); // [B, 1, T, S]
+    // tril_mask is true strictly above the diagonal: key s > query t.
+    let from_causal = causal.then(|| Tensor::<2, Bool>::tril_mask([query_len, source_len], 0, device).unsqueeze::<4>()); // [1, 1, T, S]
+    let blocked = match (from_mask, from_causal) {
+        (Some(m), Some(c)) => m.bool_or(c.expand([batch, 1, query_len, source_len])),
+        (m, c) => m.or(c)?,
+    }; // [B|1, 1, T, S]
+    Some(blocked.expand([batch, heads, query_len, source_len])) // [B, h, T, S]
+}

@@ -1,0 +1,397 @@
+//! PyTorch-style multi-head attention: `torch.nn.MultiheadAttention` (torch 2.x) as a Burn module.
+//!
+//! For query `[B, T, E]`, key `[B, S, kdim]` and value `[B, S, vdim]` (batch first):
+//!
+//! ```text
+//! Q = query Wq^T + bq,  K = key Wk^T + bk,  V = value Wv^T + bv       (E features, h heads of E/h)
+//! P = softmax(sqrt(1 / (E/h)) * Q K^T + masks)                         -> [B, h, T, S]
+//! y = concat_h(P V) Wo^T + bo                                          -> [B, T, E]
+//! ```
+//!
+//! Masks use torch's polarity: `key_padding_mask [B, S]` true = ignore that key; a boolean
+//! `attn_mask [T, S]` (or `[B*h, T, S]`) true = the pair is NOT allowed; a float `attn_mask` is
+//! added to the logits. Returned weights are averaged over heads unless asked per head, and come
+//! after dropout, as torch returns them.
+//!
+//! A query row with no allowed key is NaN in torch's `need_weights=True` path. This module never
+//! returns NaN: such a row gets zero attention, so its output is `out_proj.bias`, which is what
+//! torch's `need_weights=False` (fused SDPA) path returns.
+//!
+//! Why not burn-nn's `MultiHeadAttention`: it has no `kdim`/`vdim`, fills masked logits with a
+//! finite `-1e4` (not torch's `-inf`, so large logits leak through the mask), applies dropout 0.1
+//! by default and returns per-head weights only. The parameter layout here is the same (separate
+//! query/key/value/output Linears); torch's packed `in_proj_weight` is split and joined at I/O.
+
+use burn::config::Config;
+use burn::module::Module;
+use burn::nn::{Initializer, Linear};
+use burn::tensor::{Bool, Device, Tensor};
+
+use crate::attention::{FullyMaskedRows, dropout_probs, masked_softmax, merge_heads, split_heads};
+use crate::dense::{linear, linear_weights};
+use crate::error::{ModelError, Result};
+use crate::weights::{HostTensor, WeightMap};
+
+/// The constructor arguments of `torch.nn.MultiheadAttention`.
+#[derive(Config, Debug, PartialEq)]
+pub struct TorchMhaConfig {
+    /// Total width `E` of queries, keys, values and output.
+    pub embed_dim: usize,
+    /// Number of heads `h`; each has `E / h` features.
+    pub num_heads: usize,
+    /// Width of the key input; `None` = `embed_dim`.
+    pub kdim: Option<usize>,
+    /// Width of the value input; `None` = `embed_dim`.
+    pub vdim: Option<usize>,
+    /// Biases on the input and output projections (all or nothing, as in torch).
+    #[config(default = true)]
+    pub bias: bool,
+    /// Dropout on the attention weights (training only).
+    #[config(default = 0.0)]
+    pub dropout: f64,
+    /// Inputs are `[B, L, E]` when true, `[L, B, E]` when false.
+    #[config(default = true)]
+    pub batch_first: bool,
+}
+
+impl TorchMhaConfig {
+    fn validate(&self) -> Result<(usize, usize)> {
+        if self.embed_dim == 0 {
+            return Err(ModelError::config("embed_dim", 0, "must be at least 1"));
+        }
+        if self.num_heads == 0 || self.embed_dim % self.num_heads != 0 {
+            return Err(ModelError::config(
+                "num_heads",
+                self.num_heads,
+                format!("must divide embed_dim = {} (torch requires it)", self.embed_dim),
+            ));
+        }
+        for (field, value) in [("kdim", self.kdim), ("vdim", self.vdim)] {
+            if value == Some(0) {
+                return Err(ModelError::config(field, 0, "must be at least 1"));
+            }
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return Err(ModelError::config("dropout", self.dropout, "must be in [0, 1)"));
+        }
+        Ok((self.kdim.unwrap_or(self.embed_dim), self.vdim.unwrap_or(self.embed_dim)))
+    }
+
+    /// A module with torch's default initialisation: Xavier-uniform input projections (over the
+    /// packed `(3E, E)` matrix when kdim = vdim = E), `out_proj` weight U(+-1/sqrt(E)), zero biases.
+    pub fn init(&self, device: &Device) -> Result<TorchMha> {
+        let (kdim, vdim) = self.validate()?;
+        let e = self.embed_dim;
+        let packed = kdim == e && vdim == e;
+        let xavier = |d_in: usize, fan_out: usize| {
+            let limit = (6.0 / (d_in + fan_out) as f64).sqrt();
+            Initializer::Uniform { min: -limit, max: limit }.init::<2, _>([d_in, e], device).val()
+        };
+        let zeros = || self.bias.then(|| Tensor::<1>::zeros([e], device));
+        let in_fan_out = if packed { 3 * e } else { e };
+        let out_limit = 1.0 / (e as f64).sqrt();
+        let out_weight = Initializer::Uniform { min: -out_limit, max: out_limit }.init::<2, _>([e, e], device).val();
+        Ok(TorchMha {
+            query: linear(xavier(e, in_fan_out), zeros()),
+            key: linear(xavier(kdim, in_fan_out), zeros()),
+            value: linear(xavier(vdim, in_fan_out), zeros()),
+            output: linear(out_weight, zeros()),
+            num_heads: self.num_heads,
+            dropout: self.dropout,
+            batch_first: self.batch_first,
+        })
+    }
+
+    /// A module holding the weights of a torch state_dict (names without the module's prefix):
+    /// `in_proj_weight (3E, E)` when kdim = vdim = E, otherwise `q_proj_weight (E, E)`,
+    /// `k_proj_weight (E, kdim)`, `v_proj_weight (E, vdim)`; `in_proj_bias (3E)`,
+    /// `out_proj.weight (E, E)`, `out_proj.bias (E)`.
+    pub fn init_with_state_dict(&self, weights: &WeightMap, device: &Device) -> Result<TorchMha> {
+        let (kdim, vdim) = self.validate()?;
+        let e = self.embed_dim;
+        let mut known = vec!["out_proj.weight"];
+        // torch weights are [out, in]; Burn's Linear holds [in, out].
+        let (wq, wk, wv) = if kdim == e && vdim == e {
+            known.push("in_proj_weight");
+            let packed = weights.expect("in_proj_weight", &[3 * e, e])?;
+            let block = |i: usize| HostTensor::new(vec![e, e], packed.data[i * e * e..(i + 1) * e * e].to_vec());
+            (block(0), block(1), block(2))
+        } else {
+            known.extend(["q_proj_weight", "k_proj_weight", "v_proj_weight"]);
+            (
+                weights.expect("q_proj_weight", &[e, e])?.clone(),
+                weights.expect("k_proj_weight", &[e, kdim])?.clone(),
+                weights.expect("v_proj_weight", &[e, vdim])?.clone(),
+            )
+        };
+        let (bq, bk, bv, bo) = if self.bias {
+            known.extend(["in_proj_bias", "out_proj.bias"]);
+            let packed = weights.expect("in_proj_bias", &[3 * e])?;
+            let block = |i: usize| Some(HostTensor::new(vec![e], packed.data[i * e..(i + 1) * e].to_vec()));
+            (block(0), block(1), block(2), Some(weights.expect("out_proj.bias", &[e])?.clone()))
+        } else {
+            (None, None, None, None)
+        };
+        let wo = weights.expect("out_proj.weight", &[e, e])?;
+        weights.reject_unknown(&known)?;
+        let to_linear = |name: &str, w: &HostTensor, b: Option<HostTensor>| -> Result<Linear> {
+            let bias = b.map(|b| b.to_tensor(name, device)).transpose()?;
+            Ok(linear(w.transposed().to_tensor(name, device)?, bias))
+        };
+        Ok(TorchMha {
+            query: to_linear("q_proj_weight", &wq, bq)?,
+            key: to_linear("k_proj_weight", &wk, bk)?,
+            value: to_linear("v_proj_weight", &wv, bv)?,
+            output: to_linear("out_proj.weight", wo, bo)?,
+            num_heads: self.num_heads,
+            dropout: self.dropout,
+            batch_first: self.batch_first,
+        })
+    }
+}
+
+/// PyTorch-style multi-head attention. Build it with [`TorchMhaConfig::init`] or
+/// [`TorchMhaConfig::init_with_state_dict`].
+#[derive(Module, Debug)]
+pub struct TorchMha {
+    /// Query projection, weight `[E, E]` (torch's `q_proj_weight` transposed).
+    pub query: Linear,
+    /// Key projection, weight `[kdim, E]`.
+    pub key: Linear,
+    /// Value projection, weight `[vdim, E]`.
+    pub value: Linear,
+    /// Output projection `out_proj`, weight `[E, E]` (transposed).
+    pub output: Linear,
+    pub num_heads: usize,
+    pub dropout: f64,
+    pub batch_first: bool,
+}
+
+/// An `attn_mask`, as torch takes it.
+#[derive(Debug, Clone)]
+pub enum AttnMask {
+    /// `[1 | B*h, T, S]`, true = the pair is NOT allowed. A 2-D `[T, S]` mask is `[1, T, S]`.
+    Bool(Tensor<3, Bool>),
+    /// `[1 | B*h, T, S]`, added to the logits (`-inf` entries block the pair).
+    Additive(Tensor<3>),
+}
+
+impl AttnMask {
+    /// A `[T, S]` boolean mask shared by every batch element and head.
+    pub fn bool_2d(mask: Tensor<2, Bool>) -> Self {
+        Self::Bool(mask.unsqueeze())
+    }
+}
+
+/// The arguments of one call, named as torch names them.
+#[derive(Debug, Clone)]
+pub struct TorchMhaInput {
+    /// `[B, T, E]` (`[T, B, E]` when not batch first)
+    pub query: Tensor<3>,
+    /// `[B, S, kdim]`
+    pub key: Tensor<3>,
+    /// `[B, S, vdim]`
+    pub value: Tensor<3>,
+    /// `[B, S]`, true = ignore that key.
+    pub key_padding_mask: Option<Tensor<2, Bool>>,
+    pub attn_mask: Option<AttnMask>,
+    /// Return the attention weights (torch's default: true).
+    pub need_weights: bool,
+    /// Average the returned weights over heads (torch's default: true).
+    pub average_attn_weights: bool,
+    /// Applies dropout to the attention weights.
+    pub training: bool,
+}
+
+impl TorchMhaInput {
+    pub fn new(query: Tensor<3>, key: Tensor<3>, value: Tensor<3>) -> Self {
+        Self {
+            query,
+            key,
+            value,
+            key_padding_mask: None,
+            attn_mask: None,
+            need_weights: true,
+            average_attn_weights: true,
+            training: false,
+        }
+    }
+
+    /// Self-attention: query, key and value are `x`.
+    pub fn self_attention(x: Tensor<3>) -> Self {
+        Self::new(x.clone(), x.clone(), x)
+    }
+
+    pub fn key_padding_mask(mut self, mask: Tensor<2, Bool>) -> Self {
+        self.key_padding_mask = Some(mask);
+        self
+    }
+
+    pub fn attn_mask(mut self, mask: AttnMask) -> Self {
+        self.attn_mask = Some(mask);
+        self
+    }
+
+    pub fn need_weights(mut self, need: bool) -> Self {
+        self.need_weights = need;
+        self
+    }
+
+    pub fn average_attn_weights(mut self, average: bool) -> Self {
+        self.average_attn_weights = average;
+        self
+    }
+
+    pub fn training(mut self, training: bool) -> Self {
+        self.training = training;
+        self
+    }
+}
+
+/// Attention weights as torch returns them.
+#[derive(Debug, Clone)]
+pub enum AttnWeights {
+    /// `[B, T, S]`, the mean over heads.
+    Averaged(Tensor<3>),
+    /// `[B, h, T, S]`
+    PerHead(Tensor<4>),
+}
+
+/// The result of a call.
+#[derive(Debug, Clone)]
+pub struct TorchMhaOutput {
+    /// `[B, T, E]` (`[T, B, E]` when not batch first)
+    pub output: Tensor<3>,
+    pub attn_weights: Option<AttnWeights>,
+}
+
+impl TorchMha {
+    pub fn forward(&self, input: TorchMhaInput) -> Result<TorchMhaOutput> {
+        let time_first = |x: Tensor<3>| if self.batch_first { x } else { x.swap_dims(0, 1) };
+        let (query, key, value) = (time_first(input.query), time_first(input.key), time_first(input.value)); // [B, L, *]
+        let (batch, query_len, source_len) = self.check_shapes(&query, &key, &value)?;
+        let h = self.num_heads;
+        let e = self.embed_dim();
+
+        // torch scales q by sqrt(1 / head_dim) before the product.
+        let scale = (1.0 / (e / h) as f64).sqrt() as f32;
+        let q = split_heads(self.query.forward(query), h).mul_scalar(scale); // [B, h, T, E/h]
+        let k = split_heads(self.key.forward(key), h); // [B, h, S, E/h]
+        let v = split_heads(self.value.forward(value), h); // [B, h, S, E/h]
+
+        let mut logits = q.matmul(k.swap_dims(2, 3)); // [B, h, T, S]
+        let shape = [batch, h, query_len, source_len];
+        let mut blocked: Option<Tensor<4, Bool>> = None;
+        if let Some(padding) = input.key_padding_mask {
+            check_dims("key_padding_mask", &padding.dims(), &[batch, source_len])?;
+            blocked = Some(padding.reshape([batch, 1, 1, source_len]).expand(shape)); // [B, h, T, S]
+        }
+        match input.attn_mask {
+            Some(AttnMask::Bool(mask)) => {
+                let mask = per_head(mask, shape)?; // [B, h, T, S]
+                blocked = Some(match blocked {
+                    Some(b) => b.bool_or(mask),
+                    None => mask,
+                });
+            }
+            Some(AttnMask::Additive(bias)) => {
+                let bias = per_head(bias, shape)?; // [B, h, T, S]
+                // -inf entries block the pair; adding them would turn a fully blocked row into NaN.
+                let infinite = bias.clone().equal_elem(f32::NEG_INFINITY); // [B, h, T, S]
+                logits = logits + bias.mask_fill(infinite.clone(), 0.0);
+                blocked = Some(match blocked {
+                    Some(b) => b.bool_or(infinite),
+                    None => infinite,
+                });
+            }
+            None => {}
+        }
+
+        let probs = masked_softmax(logits, blocked, FullyMaskedRows::Zero); // [B, h, T, S]
+        let probs = if input.training { dropout_probs(probs, self.dropout) } else { probs }; // [B, h, T, S]
+        let context = merge_heads(probs.clone().matmul(v)); // [B, T, E]
+        let output = time_first(self.output.forward(context)); // [B, T, E]
+
+        let attn_weights = input.need_weights.then(|| match input.average_attn_weights {
+            true => AttnWeights::Averaged(probs.mean_dim(1).squeeze_dim(1)), // [B, T, S]
+            false => AttnWeights::PerHead(probs),
+        });
+        Ok(TorchMhaOutput { output, attn_weights })
+    }
+
+    fn check_shapes(&self, query: &Tensor<3>, key: &Tensor<3>, value: &Tensor<3>) -> Result<(usize, usize, usize)> {
+        let [batch, query_len, _] = query.dims();
+        let [_, source_len, _] = key.dims();
+        check_dims("query", &query.dims(), &[batch, query_len, self.embed_dim()])?;
+        check_dims("key", &key.dims(), &[batch, source_len, self.key.weight.dims()[0]])?;
+        check_dims("value", &value.dims(), &[batch, source_len, self.value.weight.dims()[0]])?;
+        Ok((batch, query_len, source_len))
+    }
+
+    /// Total width `E`.
+    pub fn embed_dim(&self) -> usize {
+        self.query.weight.dims()[1]
+    }
+
+    /// The config that rebuilds this module's shape.
+    pub fn config(&self) -> TorchMhaConfig {
+        TorchMhaConfig::new(self.embed_dim(), self.num_heads)
+            .with_kdim(Some(self.key.weight.dims()[0]))
+            .with_vdim(Some(self.value.weight.dims()[0]))
+            .with_bias(self.query.bias.is_some())
+            .with_dropout(self.dropout)
+            .with_batch_first(self.batch_first)
+    }
+
+    /// The weights under torch's state_dict names (see [`TorchMhaConfig::init_with_state_dict`]).
+    pub fn state_dict(&self) -> WeightMap {
+        let e = self.embed_dim();
+        let [(wq, bq), (wk, bk), (wv, bv), (wo, bo)] =
+            [&self.query, &self.key, &self.value, &self.output].map(|l| {
+                let (w, b) = linear_weights(l);
+                (w.transposed(), b) // torch's [out, in]
+            });
+        let mut map = WeightMap::new();
+        if wk.shape == [e, e] && wv.shape == [e, e] {
+            let packed = [wq.data, wk.data, wv.data].concat();
+            map.insert("in_proj_weight", HostTensor::new(vec![3 * e, e], packed));
+        } else {
+            map.insert("q_proj_weight", wq);
+            map.insert("k_proj_weight", wk);
+            map.insert("v_proj_weight", wv);
+        }
+        if let (Some(bq), Some(bk), Some(bv)) = (bq, bk, bv) {
+            map.insert("in_proj_bias", HostTensor::new(vec![3 * e], [bq.data, bk.data, bv.data].concat()));
+        }
+        map.insert("out_proj.weight", wo);
+        if let Some(bo) = bo {
+            map.insert("out_proj.bias", bo);
+        }
+        map
+    }
+}
+
+/// Broadcasts a `[1 | B*h, T, S]` mask to `[B, h, T, S]`.
+fn per_head<K: burn::tensor::kind::Basic>(mask: Tensor<3, K>, [batch, heads, query_len, source_len]: [usize; 4]) -> Result<Tensor<4, K>> {
+    let [n, t, s] = mask.dims();
+    if (t, s) != (query_len, source_len) || !(n == 1 || n == batch * heads) {
+        return Err(ModelError::InputShape {
+            input: "attn_mask",
+            expected: format!("[{query_len}, {source_len}], [1, {query_len}, {source_len}] or [{}, {query_len}, {source_len}]", batch * heads),
+            found: vec![n, t, s],
+        });
+    }
+    Ok(if n == 1 {
+        mask.unsqueeze::<4>().expand([batch, heads, query_len, source_len])
+    } else {
+        mask.reshape([batch, heads, query_len, source_len])
+    })
+}
+
+fn check_dims(input: &'static str, found: &[usize], expected: &[usize]) -> Result<()> {
+    if found == expected {
+        Ok(())
+    } else {
+        Err(ModelError::InputShape { input, expected: format!("{expected:?}"), found: found.to_vec() })
+    }
+}

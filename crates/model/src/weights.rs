@@ -1,0 +1,257 @@
+//! Host-side named tensors and safetensors I/O.
+//!
+//! Weight conversion between vocabularies (Keras, torch, Burn) is plain array surgery, so it is
+//! done here on the host, on row-major `f32` arrays, and only the result is moved to a device.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use burn::tensor::{Bool, Device, Tensor, TensorData};
+use safetensors::{Dtype, SafeTensors};
+
+use crate::error::{ModelError, Result};
+
+/// Element type a tensor had in its file; masks are stored as `u8` and kept so on write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoredDtype {
+    F32,
+    U8,
+}
+
+/// A row-major host tensor. Masks are held as 0.0 / 1.0.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostTensor {
+    pub shape: Vec<usize>,
+    pub data: Vec<f32>,
+    pub dtype: StoredDtype,
+}
+
+impl HostTensor {
+    pub fn new(shape: Vec<usize>, data: Vec<f32>) -> Self {
+        debug_assert_eq!(shape.iter().product::<usize>(), data.len());
+        Self { shape, data, dtype: StoredDtype::F32 }
+    }
+
+    pub fn zeros(shape: Vec<usize>) -> Self {
+        let n = shape.iter().product();
+        Self::new(shape, vec![0.0; n])
+    }
+
+    /// A `u8` mask tensor from booleans.
+    pub fn mask(shape: Vec<usize>, values: impl IntoIterator<Item = bool>) -> Self {
+        let data = values.into_iter().map(|b| if b { 1.0 } else { 0.0 }).collect();
+        Self { shape, data, dtype: StoredDtype::U8 }
+    }
+
+    /// The same numbers under another shape with the same element count.
+    pub fn reshaped(&self, shape: Vec<usize>) -> Self {
+        assert_eq!(shape.iter().product::<usize>(), self.data.len(), "reshape must keep the element count");
+        Self { shape, data: self.data.clone(), dtype: self.dtype }
+    }
+
+    /// Reads a float tensor back from a device.
+    pub fn from_tensor<const D: usize>(tensor: Tensor<D>) -> Self {
+        let shape = tensor.dims().to_vec();
+        let data = tensor.into_data().convert::<f32>().try_into_vec::<f32>().expect("converted to f32 above");
+        Self::new(shape, data)
+    }
+
+    pub fn to_tensor<const D: usize>(&self, name: &str, device: &Device) -> Result<Tensor<D>> {
+        self.check_rank(name, D)?;
+        Ok(Tensor::from_data(TensorData::new(self.data.clone(), self.shape.clone()), device))
+    }
+
+    /// A boolean tensor, true where the stored value is non-zero.
+    pub fn to_bool_tensor<const D: usize>(&self, name: &str, device: &Device) -> Result<Tensor<D, Bool>> {
+        self.check_rank(name, D)?;
+        let values: Vec<bool> = self.data.iter().map(|v| *v != 0.0).collect();
+        Ok(Tensor::from_data(TensorData::new(values, self.shape.clone()), device))
+    }
+
+    fn check_rank(&self, name: &str, rank: usize) -> Result<()> {
+        if self.shape.len() == rank {
+            return Ok(());
+        }
+        Err(ModelError::TensorRank { name: name.to_string(), expected: rank, found: self.shape.clone() })
+    }
+
+    /// Entry `index` along the first axis: `[N, ...] -> [...]`.
+    pub fn index_first(&self, index: usize) -> Self {
+        let inner: Vec<usize> = self.shape[1..].to_vec();
+        let size: usize = inner.iter().product();
+        let data = self.data[index * size..(index + 1) * size].to_vec();
+        Self { shape: inner, data, dtype: self.dtype }
+    }
+
+    /// 2-D transpose `[r, c] -> [c, r]`.
+    pub fn transposed(&self) -> Self {
+        let [r, c] = self.shape[..] else { panic!("transposed() needs a 2-D tensor, got {:?}", self.shape) };
+        let mut out = vec![0.0; r * c];
+        for i in 0..r {
+            for j in 0..c {
+                out[j * r + i] = self.data[i * c + j];
+            }
+        }
+        Self::new(vec![c, r], out)
+    }
+}
+
+/// Named host tensors, ordered by name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WeightMap {
+    tensors: BTreeMap<String, HostTensor>,
+}
+
+impl WeightMap {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn insert(&mut self, name: impl Into<String>, tensor: HostTensor) {
+        self.tensors.insert(name.into(), tensor);
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.tensors.contains_key(name)
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tensors.keys().map(String::as_str)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &HostTensor)> {
+        self.tensors.iter().map(|(k, v)| (k.as_str(), v))
+    }
+
+    pub fn len(&self) -> usize {
+        self.tensors.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tensors.is_empty()
+    }
+
+    pub fn get(&self, name: &str) -> Result<&HostTensor> {
+        self.tensors.get(name).ok_or_else(|| ModelError::MissingTensor { name: name.to_string(), hint: None })
+    }
+
+    pub fn take(&mut self, name: &str) -> Option<HostTensor> {
+        self.tensors.remove(name)
+    }
+
+    /// The tensor `name`, which must have exactly `shape`.
+    pub fn expect(&self, name: &str, shape: &[usize]) -> Result<&HostTensor> {
+        let tensor = self.get(name)?;
+        if tensor.shape != shape {
+            return Err(ModelError::TensorShape {
+                name: name.to_string(),
+                expected: shape.to_vec(),
+                found: tensor.shape.clone(),
+            });
+        }
+        Ok(tensor)
+    }
+
+    /// The tensors whose names start with `prefix`, with the prefix removed.
+    pub fn with_prefix_stripped(&self, prefix: &str) -> Self {
+        let tensors = self
+            .tensors
+            .iter()
+            .filter_map(|(k, v)| k.strip_prefix(prefix).map(|rest| (rest.to_string(), v.clone())))
+            .collect();
+        Self { tensors }
+    }
+
+    /// Every name prefixed with `prefix`.
+    pub fn prefixed(&self, prefix: &str) -> Self {
+        let tensors = self.tensors.iter().map(|(k, v)| (format!("{prefix}{k}"), v.clone())).collect();
+        Self { tensors }
+    }
+
+    /// Adds every tensor of `other` (later names win).
+    pub fn extend(&mut self, other: WeightMap) {
+        self.tensors.extend(other.tensors);
+    }
+
+    /// Fails when the map holds names outside `known`: a weight file for another layout must not load
+    /// silently.
+    pub fn reject_unknown(&self, known: &[&str]) -> Result<()> {
+        let names: Vec<String> = self.names().filter(|n| !known.contains(n)).map(str::to_string).collect();
+        if names.is_empty() { Ok(()) } else { Err(ModelError::UnexpectedTensors { names }) }
+    }
+}
+
+/// A safetensors file: its tensors and its `__metadata__` strings.
+#[derive(Debug, Clone, Default)]
+pub struct TensorFile {
+    pub tensors: WeightMap,
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl TensorFile {
+    /// Reads every `f32` and `u8` tensor of a safetensors file.
+    pub fn read(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| ModelError::file(path, e))?;
+        let file = SafeTensors::deserialize(&bytes).map_err(|e| ModelError::file(path, format!("not a safetensors file: {e}")))?;
+        let (_, header) = SafeTensors::read_metadata(&bytes).map_err(|e| ModelError::file(path, e))?;
+        let metadata = header.metadata().clone().unwrap_or_default().into_iter().collect();
+        let mut tensors = WeightMap::new();
+        for (name, view) in file.tensors() {
+            let shape = view.shape().to_vec();
+            let raw = view.data();
+            let tensor = match view.dtype() {
+                Dtype::F32 => HostTensor::new(
+                    shape,
+                    raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+                ),
+                Dtype::U8 | Dtype::BOOL => HostTensor {
+                    shape,
+                    data: raw.iter().map(|&b| b as f32).collect(),
+                    dtype: StoredDtype::U8,
+                },
+                other => {
+                    return Err(ModelError::file(path, format!("tensor `{name}` has dtype {other:?}; only F32 and U8 are supported")));
+                }
+            };
+            tensors.insert(name, tensor);
+        }
+        Ok(Self { tensors, metadata })
+    }
+
+    /// Writes the file atomically: to a temporary name beside it, then renamed into place, so an
+    /// interrupted write never leaves a truncated file under the final name.
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let buffers: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = self
+            .tensors
+            .iter()
+            .map(|(name, t)| {
+                let (dtype, bytes) = match t.dtype {
+                    StoredDtype::F32 => (Dtype::F32, t.data.iter().flat_map(|v| v.to_le_bytes()).collect()),
+                    StoredDtype::U8 => (Dtype::U8, t.data.iter().map(|v| *v as u8).collect()),
+                };
+                (name.to_string(), dtype, t.shape.clone(), bytes)
+            })
+            .collect();
+        let views = buffers
+            .iter()
+            .map(|(name, dtype, shape, bytes)| {
+                safetensors::tensor::TensorView::new(*dtype, shape.clone(), bytes).map(|v| (name.clone(), v))
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| ModelError::file(path, e))?;
+        let metadata: HashMap<String, String> = self.metadata.clone().into_iter().collect();
+        let bytes = safetensors::serialize(views, Some(metadata)).map_err(|e| ModelError::file(path, e))?;
+        write_atomic(path, &bytes)
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| ModelError::file(dir, e))?;
+    }
+    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{file_name}.tmp-{}", std::process::id()));
+    std::fs::write(&tmp, bytes).map_err(|e| ModelError::file(&tmp, e))?;
+    std::fs::rename(&tmp, path).map_err(|e| ModelError::file(path, e))
+}

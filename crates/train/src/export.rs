@@ -1,0 +1,167 @@
+//! Exports of a trained run that Keras, PyTorch and Burn load.
+//!
+//! * `keras`: safetensors with Keras' names and shapes (`query.kernel (D, h, k)`, ...), in the
+//!   `keras_*` fixture format: a probe batch (`inputs.query`, `inputs.value`) and this model's
+//!   output on it (`outputs.output`), with the layer's constructor arguments in the metadata.
+//! * `torch`: safetensors with torch state_dict names (`proj.*`, `in_proj_weight`, ..., `final.*`),
+//!   in the `projected_*` fixture format (`inputs.x`, `outputs.output`).
+//! * `burn`: burnpack of the Burn module, with the probe beside it (`<file>.probe.safetensors`).
+//!
+//! A Keras-exact run exports to torch through the exact Keras -> projected mapping, a projected
+//! run to Keras through the exact projected -> Keras mapping. Because the probe is in the fixture
+//! format, `cargo xtask verify FILE` checks an export in Burn, and
+//! `xtask/python/check_export.py FILE` checks it in the real library.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use burn::module::Module;
+use burn::tensor::Device;
+use model::convert::{keras_to_projected, projected_to_keras};
+use model::{HostTensor, ProjectedConfig, TensorFile, WeightMap};
+use serde_json::json;
+
+use crate::config::RunConfig;
+use crate::models::ModelSpec;
+use crate::run::{read_weights, save_burnpack};
+
+/// Sequences in the probe batch.
+const PROBE_SEQUENCES: usize = 2;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Burn,
+    Keras,
+    Torch,
+}
+
+impl std::str::FromStr for Format {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "burn" => Ok(Format::Burn),
+            "keras" => Ok(Format::Keras),
+            "torch" => Ok(Format::Torch),
+            other => bail!("--format {other:?}: expected burn, keras or torch"),
+        }
+    }
+}
+
+impl Format {
+    fn extension(self) -> &'static str {
+        match self {
+            Format::Burn => "bpk",
+            Format::Keras | Format::Torch => "safetensors",
+        }
+    }
+}
+
+/// Exports the finished run in `run_dir`; returns the written file.
+pub fn export(run_dir: &Path, format: Format, out: Option<PathBuf>, data_dir: &Path) -> Result<PathBuf> {
+    let config = RunConfig::load(Some(&run_dir.join("config.toml")), &[]).with_context(|| format!("{} is not a run folder", run_dir.display()))?;
+    let weights = read_weights(run_dir)?;
+    let spec = config.model_spec();
+    // The probe runs on flex, the CPU backend every machine has.
+    let device = Device::flex();
+    let model = spec.init_with_weights(&weights, &device)?;
+    let data = config.task.load_or_generate(data_dir)?;
+    let (x, _) = data.test.gather(&(0..PROBE_SEQUENCES.min(data.test.len)).collect::<Vec<_>>());
+    let output = HostTensor::from_tensor(model.forward(x.to_tensor("probe", &device)?, None, false)?);
+
+    let out = out.unwrap_or_else(|| run_dir.join("export").join(format!("{}.{}", format_name(format), format.extension())));
+    let file = match format {
+        Format::Burn => {
+            save_burnpack(model.valid(), &out)?;
+            let probe = TensorFile { tensors: probe_tensors(&[("inputs.x", &x), ("outputs.output", &output)]), metadata: Default::default() };
+            probe.write(&PathBuf::from(format!("{}.probe.safetensors", out.display())))?;
+            return Ok(out);
+        }
+        Format::Keras => keras_file(&config, &spec, &weights, &x, &output)?,
+        Format::Torch => torch_file(&config, &spec, &weights, &x, &output)?,
+    };
+    file.write(&out)?;
+    Ok(out)
+}
+
+fn format_name(format: Format) -> &'static str {
+    match format {
+        Format::Burn => "model",
+        Format::Keras => "keras",
+        Format::Torch => "torch",
+    }
+}
+
+fn probe_tensors(entries: &[(&str, &HostTensor)]) -> WeightMap {
+    let mut map = WeightMap::new();
+    for (name, t) in entries {
+        map.insert(*name, (*t).clone());
+    }
+    map
+}
+
+/// The Keras-vocabulary file in the `keras_*` fixture format.
+fn keras_file(config: &RunConfig, spec: &ModelSpec, weights: &WeightMap, x: &HostTensor, output: &HostTensor) -> Result<TensorFile> {
+    let (layer, keras_weights, causal) = match spec {
+        ModelSpec::Keras { layer, use_causal_mask } => (layer.clone(), weights.clone(), *use_causal_mask),
+        ModelSpec::Projected(projected) => {
+            if config.model.use_causal_mask {
+                bail!("a causal projected run has no Keras export yet (use --format torch)");
+            }
+            let converted = projected_to_keras(projected, weights)?;
+            (converted.config, converted.weights, false)
+        }
+        ModelSpec::Baseline { .. } => bail!("the baseline MLP has no Keras attention layer to export to (use --format burn)"),
+    };
+    let dims = layer.dims()?;
+    let metadata = json!({
+        "framework": "keras",
+        "case": format!("export_{}", config.name),
+        "description": format!("export of run {} ({} model) as keras.layers.MultiHeadAttention", config.name, spec.kind()),
+        "num_heads": dims.num_heads,
+        "key_dim": dims.key_dim,
+        "value_dim": dims.value_dim,
+        "use_bias": layer.use_bias,
+        "output_shape": dims.output_dim,
+        "use_causal_mask": causal,
+        "dropout": layer.dropout,
+        "self_attention": true,
+        "has_key": false,
+        "has_attention_mask": false,
+        "tolerance": 1e-5,
+    });
+    let mut tensors = keras_weights;
+    tensors.extend(probe_tensors(&[("inputs.query", x), ("inputs.value", x), ("outputs.output", output)]));
+    Ok(TensorFile { tensors, metadata: [("config".to_string(), metadata.to_string())].into() })
+}
+
+/// The torch-vocabulary file in the `projected_*` fixture format.
+fn torch_file(config: &RunConfig, spec: &ModelSpec, weights: &WeightMap, x: &HostTensor, output: &HostTensor) -> Result<TensorFile> {
+    let (projected, state_dict): (ProjectedConfig, WeightMap) = match spec {
+        ModelSpec::Projected(projected) => (projected.clone(), weights.clone()),
+        ModelSpec::Keras { layer, use_causal_mask } => {
+            if *use_causal_mask {
+                bail!("a causal Keras run has no torch export yet (use --format keras)");
+            }
+            let converted = keras_to_projected(layer, weights)?;
+            (converted.config, converted.weights)
+        }
+        ModelSpec::Baseline { .. } => bail!("the baseline MLP has no attention model to export to (use --format burn)"),
+    };
+    let metadata = json!({
+        "framework": "torch",
+        "kind": "projected",
+        "case": format!("export_{}", config.name),
+        "description": format!("export of run {} ({} model) as Linear + nn.MultiheadAttention + Linear", config.name, spec.kind()),
+        "in_features": projected.in_features,
+        "embed_dim": projected.embed_dim,
+        "num_heads": projected.num_heads,
+        "output_dim": projected.output_dim,
+        "bias": projected.bias,
+        "batch_first": true,
+        "tolerance": 1e-5,
+    });
+    let mut tensors = state_dict;
+    tensors.extend(probe_tensors(&[("inputs.x", x), ("outputs.output", output)]));
+    Ok(TensorFile { tensors, metadata: [("config".to_string(), metadata.to_string())].into() })
+}

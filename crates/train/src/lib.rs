@@ -1,0 +1,13 @@
+//! Training for the Keras-exact, projected and baseline models: exact optimizers, the loss,
+//! training-parity checks against the real libraries, and the synthetic sequence task.
+
+pub mod config;
+pub mod export;
+pub mod loss;
+pub mod models;
+pub mod optim;
+pub mod parity;
+pub mod paths;
+pub mod rng;
+pub mod run;
+pub mod task;

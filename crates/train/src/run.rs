@@ -1,0 +1,345 @@
+//! One training run: data, loop, evaluation, checkpoints, metrics and summary.
+//!
+//! `runs/<name>/` holds `config.toml` (resolved), `steps.csv` (loss per step), `epochs.csv`
+//! (train/valid loss per epoch), `checkpoints/step-NNNNNN/` (weights, optimizer state, position),
+//! `model.bpk` (burnpack) and `weights.safetensors` (the model's library vocabulary), and
+//! `summary.json`. Every file is written to a temporary name and renamed into place.
+//!
+//! Resuming loads the newest complete checkpoint and replays the same batch order from there;
+//! without dropout, the resumed run ends with the same weights as an uninterrupted one.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use burn::module::Module;
+use burn::optim::{GradientsParams, ModuleOptimizer};
+use burn::tensor::Device;
+use model::weights::write_atomic;
+use model::TensorFile;
+use serde::{Deserialize, Serialize};
+
+use crate::config::RunConfig;
+use crate::loss::mse;
+use crate::models::{ModelSpec, TaskModel};
+use crate::rng::Rng;
+use crate::task::{Split, TaskData, per_position_floor};
+
+/// One row of `steps.csv`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct StepRow {
+    pub step: usize,
+    pub epoch: usize,
+    pub loss: f64,
+    pub seconds: f64,
+}
+
+/// One row of `epochs.csv`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct EpochRow {
+    pub epoch: usize,
+    pub step: usize,
+    pub train_loss: f64,
+    pub valid_loss: f64,
+    pub seconds: f64,
+}
+
+/// Where a run stands; saved with every checkpoint.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Position {
+    /// Optimizer steps taken.
+    step: usize,
+    /// Training seconds so far (excluding time lost to an interruption).
+    seconds: f64,
+    steps: Vec<StepRow>,
+    epochs: Vec<EpochRow>,
+}
+
+/// The final report of a run (`summary.json`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Summary {
+    pub name: String,
+    pub model: String,
+    pub backend: String,
+    pub parameters: usize,
+    pub steps: usize,
+    pub epochs: usize,
+    pub batch_size: usize,
+    pub train_loss: f64,
+    pub valid_loss: f64,
+    pub test_loss: f64,
+    /// `1 - loss / Var(target)` on the test split.
+    pub test_r2: f64,
+    pub samples_per_second: f64,
+    pub wall_seconds: f64,
+    /// Best loss a per-position model can reach (Monte Carlo).
+    pub per_position_floor: f64,
+    /// `noise_std^2`.
+    pub bayes_floor: f64,
+    pub resumed: bool,
+}
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Folder that holds `runs/<name>/`.
+    pub runs_dir: PathBuf,
+    /// Folder of the task's cached data.
+    pub data_dir: PathBuf,
+    /// Continue from the newest checkpoint instead of starting over.
+    pub resume: bool,
+    /// Stop after this many steps in this invocation (to test interruption); `None` = run to the end.
+    pub stop_after: Option<usize>,
+    /// Print progress lines.
+    pub progress: bool,
+}
+
+/// Trains `config` and returns its summary (`None` when stopped early by `stop_after`).
+pub fn train(config: &RunConfig, options: &RunOptions) -> Result<Option<Summary>> {
+    let dir = options.runs_dir.join(&config.name);
+    let started = Instant::now();
+    let device = config.backend().device(config.wgpu_kind())?;
+    let ad = device.clone().autodiff();
+    let spec = config.model_spec();
+    let data = config.task.load_or_generate(&options.data_dir).context("task data")?;
+
+    let checkpoint = if options.resume { latest_checkpoint(&dir)? } else { None };
+    let resumed = checkpoint.is_some();
+    if !resumed && dir.join("checkpoints").exists() {
+        std::fs::remove_dir_all(dir.join("checkpoints")).with_context(|| format!("cannot clear {}", dir.display()))?;
+    }
+    write_atomic(&dir.join("config.toml"), config.to_toml().as_bytes())?;
+
+    let (mut model, mut optim, mut position) = match &checkpoint {
+        Some(path) => load_checkpoint(path, &spec, config, &ad)?,
+        None => (initial_model(config, &spec, &ad)?, config.optimizer.init(), Position::default()),
+    };
+    if options.progress {
+        let what = if resumed { format!("resuming at step {}", position.step) } else { "starting".to_string() };
+        println!("{}: {} model ({} parameters) on {}, {what}", config.name, spec.kind(), model.num_params(), config.backend);
+    }
+
+    let batch = config.train.batch_size;
+    let steps_per_epoch = config.task.train_size / batch;
+    let total_steps = steps_per_epoch * config.train.epochs;
+    let mut steps_this_run = 0;
+    let mut window_start = Instant::now();
+    while position.step < total_steps {
+        let epoch = position.step / steps_per_epoch;
+        let order = Rng::from_parts(&[config.train.seed, 7, epoch as u64]).permutation(config.task.train_size);
+        let in_epoch = position.step % steps_per_epoch;
+        let (x, y) = data.train.gather(&order[in_epoch * batch..(in_epoch + 1) * batch]);
+        let loss = mse(model.forward(x.to_tensor("x", &ad)?, None, true)?, y.to_tensor("y", &ad)?);
+        let loss_value = loss.clone().into_scalar::<f32>() as f64;
+        if !loss_value.is_finite() {
+            bail!("{}: the loss became {loss_value} at step {} (lower train.learning_rate)", config.name, position.step);
+        }
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        model = optim.step(config.train.learning_rate, model, grads);
+        position.step += 1;
+        steps_this_run += 1;
+        position.seconds += window_start.elapsed().as_secs_f64();
+        window_start = Instant::now();
+        position.steps.push(StepRow { step: position.step, epoch: epoch + 1, loss: loss_value, seconds: position.seconds });
+
+        let epoch_done = position.step % steps_per_epoch == 0;
+        if epoch_done {
+            let eval_started = Instant::now();
+            let rows = &position.steps[position.steps.len() - steps_per_epoch..];
+            let train_loss = rows.iter().map(|r| r.loss).sum::<f64>() / rows.len() as f64;
+            let valid_loss = evaluate(&model.valid(), &data.valid, batch, config.train.valid_batches, &device)?;
+            position.seconds += eval_started.elapsed().as_secs_f64();
+            position.epochs.push(EpochRow { epoch: epoch + 1, step: position.step, train_loss, valid_loss, seconds: position.seconds });
+            if options.progress {
+                println!("{}: epoch {}/{} train_loss {train_loss:.5} valid_loss {valid_loss:.5}", config.name, epoch + 1, config.train.epochs);
+            }
+            window_start = Instant::now();
+        }
+        if options.progress && (position.step % config.train.log_every == 0 || position.step == total_steps) {
+            let recent = &position.steps[position.steps.len().saturating_sub(config.train.log_every)..];
+            let avg = recent.iter().map(|r| r.loss).sum::<f64>() / recent.len() as f64;
+            let rate = (position.step * batch) as f64 / position.seconds.max(1e-9);
+            let eta = (total_steps - position.step) as f64 * batch as f64 / rate;
+            println!(
+                "{}: epoch {}/{} step {}/{total_steps} loss {avg:.5} {rate:.0} samples/s eta {eta:.0}s",
+                config.name,
+                epoch + 1,
+                config.train.epochs,
+                position.step
+            );
+        }
+        if epoch_done || position.step % config.train.checkpoint_every == 0 {
+            save_checkpoint(&dir, &model, &optim, &position)?;
+        }
+        if options.stop_after.is_some_and(|n| steps_this_run >= n) && position.step < total_steps {
+            save_checkpoint(&dir, &model, &optim, &position)?;
+            return Ok(None);
+        }
+    }
+
+    let inference = model.valid();
+    let test_loss = evaluate(&inference, &data.test, batch, 0, &device)?;
+    let last = position.epochs.last().copied().unwrap_or(EpochRow { epoch: 0, step: 0, train_loss: f64::NAN, valid_loss: f64::NAN, seconds: 0.0 });
+    let summary = Summary {
+        name: config.name.clone(),
+        model: spec.kind().to_string(),
+        backend: config.backend.clone(),
+        parameters: inference.num_params(),
+        steps: position.step,
+        epochs: config.train.epochs,
+        batch_size: batch,
+        train_loss: last.train_loss,
+        valid_loss: last.valid_loss,
+        test_loss,
+        test_r2: 1.0 - test_loss / target_variance(&data.test),
+        samples_per_second: (position.step * batch) as f64 / position.seconds.max(1e-9),
+        wall_seconds: position.seconds,
+        per_position_floor: per_position_floor(&config.task, 64, 64),
+        bayes_floor: config.task.noise_std.powi(2),
+        resumed,
+    };
+    write_metrics(&dir, &position)?;
+    let weights = TensorFile { tensors: inference.library_weights(), metadata: [("model".into(), spec.kind().to_string())].into() };
+    weights.write(&dir.join("weights.safetensors"))?;
+    save_burnpack(inference, &dir.join("model.bpk"))?;
+    write_atomic(&dir.join("summary.json"), serde_json::to_string_pretty(&summary)?.as_bytes())?;
+    if options.progress {
+        print_summary(&summary, started.elapsed().as_secs_f64());
+    }
+    Ok(Some(summary))
+}
+
+/// A fresh model from the run's seed, or the weights of `model.init_from`.
+fn initial_model(config: &RunConfig, spec: &ModelSpec, device: &Device) -> Result<TaskModel> {
+    let model = match &config.model.init_from {
+        Some(path) => {
+            // An export also carries a probe batch (`inputs.*`, `outputs.*`): only the weights load.
+            let weights = model::fixture::model_weights(&TensorFile::read(path)?.tensors);
+            spec.init_with_weights(&weights, device).with_context(|| format!("model.init_from = {}", path.display()))?
+        }
+        None => {
+            device.seed(config.train.seed);
+            spec.init(device)?
+        }
+    };
+    Ok(model.with_stable_param_ids())
+}
+
+/// Mean loss over `split` (the first `max_batches` batches, or all when 0), without autodiff.
+pub fn evaluate(model: &TaskModel, split: &Split, batch: usize, max_batches: usize, device: &Device) -> Result<f64> {
+    let batches = split.len.div_ceil(batch);
+    let batches = if max_batches == 0 { batches } else { batches.min(max_batches) };
+    let (mut total, mut count) = (0.0, 0usize);
+    for b in 0..batches {
+        let indices: Vec<usize> = (b * batch..((b + 1) * batch).min(split.len)).collect();
+        let (x, y) = split.gather(&indices);
+        let loss = mse(model.forward(x.to_tensor("x", device)?, None, false)?, y.to_tensor("y", device)?);
+        total += loss.into_scalar::<f32>() as f64 * indices.len() as f64;
+        count += indices.len();
+    }
+    Ok(total / count as f64)
+}
+
+/// The per-element variance of a split's targets (the loss of predicting their mean).
+pub fn target_variance(split: &Split) -> f64 {
+    let n = split.y.len() as f64;
+    let mean = split.y.iter().map(|&v| v as f64).sum::<f64>() / n;
+    split.y.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / n
+}
+
+fn checkpoint_dir(dir: &Path, step: usize) -> PathBuf {
+    dir.join("checkpoints").join(format!("step-{step:06}"))
+}
+
+/// Writes a checkpoint into a temporary folder, renames it into place, keeps the newest two.
+fn save_checkpoint(dir: &Path, model: &TaskModel, optim: &ModuleOptimizer, position: &Position) -> Result<()> {
+    let target = checkpoint_dir(dir, position.step);
+    if target.exists() {
+        return Ok(());
+    }
+    let tmp = dir.join("checkpoints").join(format!(".tmp-step-{:06}", position.step));
+    std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    TensorFile { tensors: model.library_weights(), metadata: Default::default() }.write(&tmp.join("model.safetensors"))?;
+    optim.save(tmp.join("optimizer.bpk")).map_err(|e| anyhow::anyhow!("cannot write the optimizer state to {}: {e:?}", tmp.display()))?;
+    write_atomic(&tmp.join("position.json"), serde_json::to_string(position)?.as_bytes())?;
+    std::fs::rename(&tmp, &target).with_context(|| format!("cannot move checkpoint into {}", target.display()))?;
+    write_metrics(dir, position)?;
+    let mut all = complete_checkpoints(dir)?;
+    all.sort();
+    for old in all.iter().rev().skip(2) {
+        std::fs::remove_dir_all(old).ok();
+    }
+    Ok(())
+}
+
+fn complete_checkpoints(dir: &Path) -> Result<Vec<PathBuf>> {
+    let root = dir.join("checkpoints");
+    if !root.exists() {
+        return Ok(Vec::new());
+    }
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(&root).with_context(|| format!("cannot read {}", root.display()))? {
+        let path = entry?.path();
+        let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        if name.starts_with("step-") && path.join("position.json").exists() {
+            found.push(path);
+        }
+    }
+    Ok(found)
+}
+
+fn latest_checkpoint(dir: &Path) -> Result<Option<PathBuf>> {
+    Ok(complete_checkpoints(dir)?.into_iter().max())
+}
+
+fn load_checkpoint(path: &Path, spec: &ModelSpec, config: &RunConfig, device: &Device) -> Result<(TaskModel, ModuleOptimizer, Position)> {
+    let weights = TensorFile::read(&path.join("model.safetensors"))?.tensors;
+    let model = spec.init_with_weights(&weights, device).with_context(|| format!("checkpoint {}", path.display()))?.with_stable_param_ids();
+    let optim = config.optimizer.init().load(path.join("optimizer.bpk")).map_err(|e| anyhow::anyhow!("{}/optimizer.bpk: {e:?}", path.display()))?;
+    let position: Position = serde_json::from_slice(&std::fs::read(path.join("position.json"))?).with_context(|| format!("{}/position.json", path.display()))?;
+    Ok((model, optim, position))
+}
+
+fn write_metrics(dir: &Path, position: &Position) -> Result<()> {
+    let mut steps = String::from("step,epoch,loss,seconds\n");
+    for r in &position.steps {
+        steps.push_str(&format!("{},{},{},{:.4}\n", r.step, r.epoch, r.loss, r.seconds));
+    }
+    write_atomic(&dir.join("steps.csv"), steps.as_bytes())?;
+    let mut epochs = String::from("epoch,step,train_loss,valid_loss,seconds\n");
+    for r in &position.epochs {
+        epochs.push_str(&format!("{},{},{},{},{:.4}\n", r.epoch, r.step, r.train_loss, r.valid_loss, r.seconds));
+    }
+    write_atomic(&dir.join("epochs.csv"), epochs.as_bytes())?;
+    Ok(())
+}
+
+/// Saves a module as burnpack, atomically.
+pub fn save_burnpack<M: Module>(module: M, path: &Path) -> Result<()> {
+    let tmp = path.with_extension("bpk.tmp");
+    module.save_file(&tmp).map_err(|e| anyhow::anyhow!("cannot write {}: {e:?}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(())
+}
+
+fn print_summary(s: &Summary, wall: f64) {
+    println!("--- {} ---", s.name);
+    println!("model {} ({} parameters) on {}", s.model, s.parameters, s.backend);
+    println!("steps {} ({} epochs of batch {}), {:.0} samples/s, {:.1}s training, {wall:.1}s wall", s.steps, s.epochs, s.batch_size, s.samples_per_second, s.wall_seconds);
+    println!("loss  train {:.5}  valid {:.5}  test {:.5}  (test R2 {:.3})", s.train_loss, s.valid_loss, s.test_loss, s.test_r2);
+    println!("floors: per-position model {:.5}, Bayes {:.5}", s.per_position_floor, s.bayes_floor);
+}
+
+/// The data of a run's task (for tools that evaluate a run after the fact).
+pub fn task_data(config: &RunConfig, data_dir: &Path) -> Result<TaskData> {
+    Ok(config.task.load_or_generate(data_dir)?)
+}
+
+/// Reads a run's library weights back as a host map.
+pub fn read_weights(run_dir: &Path) -> Result<model::WeightMap> {
+    let path = run_dir.join("weights.safetensors");
+    if !path.exists() {
+        bail!("{}: no weights.safetensors (the run has not finished; resume it with --resume)", run_dir.display());
+    }
+    Ok(TensorFile::read(&path)?.tensors)
+}

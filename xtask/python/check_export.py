@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""Check exported safetensors files against the REAL libraries.
+
+    python3 xtask/python/check_export.py FILE [FILE...]
+
+Each FILE is a safetensors file in the fixture format of datasets/reference/FORMAT.md, as written by
+`cargo xtask export --format keras|torch`:
+
+* `config.framework == "keras"`: the weights are loaded BY NAME into a real
+  `keras.layers.MultiHeadAttention`, which is then called on the stored probe inputs (default call, with
+  `key`, `attention_mask` and `use_causal_mask` when present).
+* `config.framework == "torch"` and `config.kind == "projected"`: the weights are loaded with
+  `load_state_dict(strict=True)` into `Linear(in,E) -> nn.MultiheadAttention(E,h,batch_first=True)
+  -> optional Linear(E,out)`, run in eval mode with `need_weights=False`.
+
+Everything runs in float32, as a user would. The result is compared with `outputs.output` at
+`config.tolerance` (absolute, max over all elements). Prints one line per file
+(`PASS|FAIL <file> <library> max_abs_err=<e> tol=<t>`) and a summary; exits 1 when any file fails or
+cannot be read.
+"""
+
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# torch (and torch._dynamo) MUST be imported before tensorflow/keras: the other order aborts with an
+# LLVM error in this environment.
+import torch  # noqa: E402
+import torch._dynamo  # noqa: E402,F401
+
+import json  # noqa: E402
+
+import numpy as np  # noqa: E402
+from safetensors.numpy import load_file  # noqa: E402
+from safetensors import safe_open  # noqa: E402
+
+# Tensors that are probe data, not weights.
+DATA_PREFIXES = ("inputs.", "outputs.", "intermediates.")
+
+
+class ExportError(Exception):
+    """A file that cannot be checked (unreadable, malformed, weights that do not fit)."""
+
+
+def read_export(path):
+    try:
+        with safe_open(path, "np") as f:
+            metadata = f.metadata() or {}
+        tensors = load_file(path)
+    except Exception as e:  # noqa: BLE001 - any reading problem is reported with the file name
+        raise ExportError(f"cannot read safetensors file: {e}") from e
+    if "config" not in metadata:
+        raise ExportError('no __metadata__["config"]')
+    try:
+        config = json.loads(metadata["config"])
+    except json.JSONDecodeError as e:
+        raise ExportError(f'__metadata__["config"] is not JSON: {e}') from e
+    if not isinstance(config, dict):
+        raise ExportError('__metadata__["config"] is not a JSON object')
+    return config, tensors
+
+
+def need(config, key):
+    if key not in config:
+        raise ExportError(f"config has no {key!r}")
+    return config[key]
+
+
+def need_tensor(tensors, key):
+    if key not in tensors:
+        raise ExportError(f"missing tensor {key!r}")
+    return tensors[key]
+
+
+def weights_of(tensors):
+    return {k: v for k, v in tensors.items() if not k.startswith(DATA_PREFIXES)}
+
+
+def max_abs_err(actual, expected):
+    actual = np.asarray(actual, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    if actual.shape != expected.shape:
+        raise ExportError(f"output shape {actual.shape} != stored outputs.output shape {expected.shape}")
+    if not np.all(np.isfinite(expected)):
+        raise ExportError("stored outputs.output has non-finite values")
+    if actual.size == 0:
+        return 0.0
+    if not np.all(np.isfinite(actual)):
+        return float("inf")
+    return float(np.max(np.abs(actual - expected)))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Keras
+# ----------------------------------------------------------------------------------------------------
+
+_keras = None
+
+
+def keras_modules():
+    global _keras
+    if _keras is None:
+        import tensorflow as tf
+        import keras
+
+        _keras = (tf, keras)
+    return _keras
+
+
+def keras_var_name(layer, var):
+    """`multi_head_attention/query/kernel` -> `query.kernel`."""
+    path = getattr(var, "path", None) or var.name
+    path = path.split(":")[0]
+    parts = path.split("/")
+    if parts and parts[0] == layer.name:
+        parts = parts[1:]
+    return ".".join(parts)
+
+
+def check_keras(config, tensors):
+    tf, keras = keras_modules()
+    num_heads = int(need(config, "num_heads"))
+    key_dim = int(need(config, "key_dim"))
+    value_dim = config.get("value_dim")
+    use_bias = bool(need(config, "use_bias"))
+    output_shape = config.get("output_shape")
+    use_causal_mask = bool(config.get("use_causal_mask", False))
+
+    query = need_tensor(tensors, "inputs.query").astype(np.float32)
+    value = need_tensor(tensors, "inputs.value").astype(np.float32)
+    expected = need_tensor(tensors, "outputs.output")
+    call = {}
+    if "inputs.key" in tensors:
+        call["key"] = tf.constant(tensors["inputs.key"].astype(np.float32))
+    if "inputs.attention_mask" in tensors:
+        call["attention_mask"] = tf.constant(tensors["inputs.attention_mask"].astype(bool))
+    if use_causal_mask:
+        call["use_causal_mask"] = True
+
+    layer = keras.layers.MultiHeadAttention(
+        num_heads=num_heads,
+        key_dim=key_dim,
+        value_dim=None if value_dim is None else int(value_dim),
+        use_bias=use_bias,
+        output_shape=None if output_shape is None else int(output_shape),
+        dropout=float(config.get("dropout", 0.0) or 0.0),
+        dtype="float32",
+    )
+    q = tf.constant(query)
+    v = tf.constant(value)
+    layer(q, v, **call)  # builds the variables
+
+    file_weights = weights_of(tensors)
+    used = set()
+    for var in layer.weights:
+        name = keras_var_name(layer, var)
+        if name not in file_weights:
+            raise ExportError(f"layer variable {name!r} has no tensor in the file")
+        w = file_weights[name]
+        if tuple(w.shape) != tuple(var.shape):
+            raise ExportError(f"{name}: file shape {tuple(w.shape)} != layer shape {tuple(var.shape)}")
+        var.assign(w.astype(np.float32))
+        used.add(name)
+    unused = sorted(set(file_weights) - used)
+    if unused:
+        raise ExportError(f"file weights not used by the layer: {unused}")
+
+    out = layer(q, v, **call)
+    return f"keras-{keras.__version__}/tf-{tf.__version__}", max_abs_err(np.asarray(out), expected)
+
+
+# ----------------------------------------------------------------------------------------------------
+# torch
+# ----------------------------------------------------------------------------------------------------
+
+
+class Projected(torch.nn.Module):
+    """Linear(in, E) -> nn.MultiheadAttention(E, h, batch_first=True) self-attention -> optional Linear(E, out)."""
+
+    def __init__(self, in_features, embed_dim, num_heads, output_dim, bias):
+        super().__init__()
+        self.proj = torch.nn.Linear(in_features, embed_dim, bias=bias)
+        self.mha = torch.nn.MultiheadAttention(embed_dim, num_heads, bias=bias, batch_first=True)
+        self.final = None if output_dim is None else torch.nn.Linear(embed_dim, output_dim, bias=bias)
+
+    def forward(self, x):
+        z = self.proj(x)
+        y = self.mha(z, z, z, need_weights=False)[0]
+        return y if self.final is None else self.final(y)
+
+
+def torch_state_dict_name(name):
+    if name.startswith(("proj.", "final.")):
+        return name
+    return "mha." + name
+
+
+def check_torch(config, tensors):
+    kind = config.get("kind")
+    if kind != "projected":
+        raise ExportError(f"torch export kind {kind!r} is not supported (expected 'projected')")
+    output_dim = config.get("output_dim")
+    model = Projected(
+        int(need(config, "in_features")),
+        int(need(config, "embed_dim")),
+        int(need(config, "num_heads")),
+        None if output_dim is None else int(output_dim),
+        bool(config.get("bias", True)),
+    )
+    state = {torch_state_dict_name(k): torch.from_numpy(v.astype(np.float32)) for k, v in weights_of(tensors).items()}
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        raise ExportError(f"load_state_dict(strict=True) failed: {e}") from e
+    model.eval()
+    x = torch.from_numpy(need_tensor(tensors, "inputs.x").astype(np.float32))
+    expected = need_tensor(tensors, "outputs.output")
+    with torch.no_grad():
+        out = model(x)
+    return f"torch-{torch.__version__}", max_abs_err(out.numpy(), expected)
+
+
+# ----------------------------------------------------------------------------------------------------
+
+
+def check_file(path):
+    config, tensors = read_export(path)
+    tol = float(need(config, "tolerance"))
+    framework = need(config, "framework")
+    if framework == "keras":
+        library, err = check_keras(config, tensors)
+    elif framework == "torch":
+        library, err = check_torch(config, tensors)
+    else:
+        raise ExportError(f"unknown config.framework {framework!r}")
+    return library, err, tol
+
+
+def main(argv):
+    if len(argv) < 2 or argv[1] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0 if len(argv) >= 2 else 2
+    passed = failed = 0
+    for path in argv[1:]:
+        try:
+            library, err, tol = check_file(path)
+        except ExportError as e:
+            print(f"FAIL {path}: {e}", flush=True)
+            failed += 1
+            continue
+        except Exception as e:  # noqa: BLE001 - keep checking the other files, name the broken one
+            print(f"FAIL {path}: {type(e).__name__}: {e}", flush=True)
+            failed += 1
+            continue
+        ok = err <= tol
+        print(f"{'PASS' if ok else 'FAIL'} {path} {library} max_abs_err={err:.3e} tol={tol:g}", flush=True)
+        if ok:
+            passed += 1
+        else:
+            failed += 1
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,29 @@
+//! `cargo xtask export`: a finished run's weights for Burn, Keras or PyTorch.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use train::export::{Format, export};
+
+/// Export a trained run: burnpack (burn), safetensors with Keras names (keras) or with torch
+/// state_dict names (torch). The safetensors files carry a probe batch and this model's output on
+/// it; check them with `cargo xtask verify FILE` and `python3 xtask/python/check_export.py FILE`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The run folder, e.g. runs/keras-flex.
+    #[arg(long)]
+    run: PathBuf,
+    /// burn | keras | torch
+    #[arg(long)]
+    format: Format,
+    /// Output file (default: <run>/export/<format>.<ext>).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let path = export(&args.run, args.format, args.out, &train::paths::task_data_dir())?;
+    println!("wrote {}", path.display());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,43 @@
+//! `cargo xtask <command>`: the way into the project. Each command lives in its own module and
+//! only parses arguments and prints; the work is done by the `model` and `train` crates.
+
+mod export;
+mod train;
+mod verify;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "Keras-exact vs PyTorch-style multi-head attention on Burn")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train a model on the seq_len-136 lookup task (default: the embedded config).
+    Train(train::Args),
+    /// Export a trained run for Burn, Keras or PyTorch.
+    Export(export::Args),
+    /// Check the modules against fixtures made with the real Keras and PyTorch.
+    Verify(verify::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Train(args) => train::run(args),
+        Command::Export(args) => export::run(args),
+        Command::Verify(args) => verify::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
