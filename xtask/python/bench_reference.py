@@ -28,7 +28,11 @@ The JSON written by --json:
   {"python", "torch", "tensorflow", "keras", "threads", "warmup", "reps",
    "shape": {"batch", "seq_len", "features", "heads", "key_dim"},
    "results": [{"framework", "model", "phase", "median_ms", "p10_ms", "p90_ms", "samples_per_s", "params"}],
-   "peak_rss_mb": {"torch", "tensorflow"}, "errors": [...]}
+   "peak_rss_mb": {"torch", "tensorflow"}, "errors": [...], "loadavg_start": [...], "loadavg_end": [...]}
+
+Timings are only meaningful on otherwise idle cores: with 2 threads on 2 busy cores, torch's OpenMP
+threads were measured up to 20x slower (TensorFlow's own thread pool much less so). The script warns
+when the load average is high at the start and stores the load averages in the JSON.
 """
 
 import argparse
@@ -400,6 +404,10 @@ def main(argv=None):
         rss_child(args.rss_child, shape, args.threads)
         return 0
     errors = []
+    load_start = list(os.getloadavg())
+    if load_start[0] > 0.5:
+        print(f"warning: 1-minute load average is {load_start[0]:.2f} before the benchmark; torch's OpenMP "
+              "threads slow down by up to 20x when other processes compete for the cores", flush=True)
 
     frameworks = [args.only] if args.only else ["torch", "tensorflow"]
     # Peak RSS first, while this process is still small (its children start as forks of it).
@@ -443,6 +451,8 @@ def main(argv=None):
         "results": results,
         "peak_rss_mb": peak,
         "errors": errors,
+        "loadavg_start": load_start,
+        "loadavg_end": list(os.getloadavg()),
     }
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

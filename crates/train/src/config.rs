@@ -78,9 +78,19 @@ pub struct TrainSection {
     pub valid_batches: usize,
 }
 
+/// The defaults of every field; `configs/default.toml` spells the same values out (a test checks
+/// that they agree).
 impl Default for RunConfig {
     fn default() -> Self {
-        toml::from_str(DEFAULT_TOML).expect("configs/default.toml is a valid config")
+        Self {
+            name: "keras-flex".into(),
+            backend: "flex".into(),
+            wgpu_device: "default".into(),
+            model: ModelSection::default(),
+            task: TaskConfig::default(),
+            train: TrainSection::default(),
+            optimizer: OptimizerConfig::default(),
+        }
     }
 }
 
@@ -106,7 +116,7 @@ impl Default for TrainSection {
             seed: 1,
             epochs: 3,
             batch_size: 32,
-            learning_rate: 3e-3,
+            learning_rate: 1e-2,
             checkpoint_every: 50,
             log_every: 10,
             valid_batches: 0,

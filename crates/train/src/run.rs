@@ -194,7 +194,7 @@ pub fn train(config: &RunConfig, options: &RunOptions) -> Result<Option<Summary>
         test_r2: 1.0 - test_loss / target_variance(&data.test),
         samples_per_second: (position.step * batch) as f64 / position.seconds.max(1e-9),
         wall_seconds: position.seconds,
-        per_position_floor: per_position_floor(&config.task, 64, 64),
+        per_position_floor: per_position_floor(&config.task, 256, 256),
         bayes_floor: config.task.noise_std.powi(2),
         resumed,
     };

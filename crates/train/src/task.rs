@@ -49,7 +49,7 @@ pub struct TaskConfig {
 
 impl Default for TaskConfig {
     fn default() -> Self {
-        Self { seq_len: 136, seed: 20240611, train_size: 4096, valid_size: 512, test_size: 512, beta: 2.0, noise_std: 0.1 }
+        Self { seq_len: 136, seed: 20240611, train_size: 4096, valid_size: 512, test_size: 512, beta: 3.0, noise_std: 0.1 }
     }
 }
 
