@@ -25,7 +25,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         bail!("no fixture files found");
     }
     let backends = match args.backend.is_empty() {
-        true => Backend::available(),
+        true => Backend::for_checks()?,
         false => args.backend.iter().map(|b| b.parse()).collect::<Result<_, _>>()?,
     };
 

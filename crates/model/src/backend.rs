@@ -63,6 +63,16 @@ impl Backend {
     pub fn available() -> Vec<Backend> {
         Self::ALL.into_iter().filter(|b| b.is_available()).collect()
     }
+
+    /// The backends checks run on: every available one. With `REQUIRE_WGPU=1` in the environment
+    /// (CI sets it after installing lavapipe) a missing wgpu adapter is an error, not a skip.
+    pub fn for_checks() -> Result<Vec<Backend>> {
+        let available = Self::available();
+        if !available.contains(&Backend::Wgpu) && std::env::var("REQUIRE_WGPU").is_ok_and(|v| v == "1") {
+            return Err(ModelError::config("backend", "wgpu", "REQUIRE_WGPU=1 but no wgpu adapter was found (install mesa-vulkan-drivers)"));
+        }
+        Ok(available)
+    }
 }
 
 impl fmt::Display for Backend {

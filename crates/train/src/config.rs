@@ -118,7 +118,7 @@ impl Default for TrainSection {
             batch_size: 32,
             learning_rate: 1e-2,
             checkpoint_every: 50,
-            log_every: 10,
+            log_every: 16,
             valid_batches: 0,
         }
     }
