@@ -1,6 +1,7 @@
 //! `cargo xtask <command>`: the way into the project. Each command lives in its own module and
 //! only parses arguments and prints; the work is done by the `model` and `train` crates.
 
+mod compare;
 mod export;
 mod train;
 mod verify;
@@ -20,6 +21,8 @@ struct Cli {
 enum Command {
     /// Train a model on the seq_len-136 lookup task (default: the embedded config).
     Train(train::Args),
+    /// The study: every model on every backend with several seeds, and its report.
+    Compare(compare::Args),
     /// Export a trained run for Burn, Keras or PyTorch.
     Export(export::Args),
     /// Check the modules against fixtures made with the real Keras and PyTorch.
@@ -30,6 +33,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train(args) => train::run(args),
+        Command::Compare(args) => compare::run(args),
         Command::Export(args) => export::run(args),
         Command::Verify(args) => verify::run(args),
     };

@@ -12,7 +12,8 @@ use burn::tensor::{Device, DeviceKind};
 use crate::error::{ModelError, Result};
 
 /// A backend by name, as configs and command lines spell it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Backend {
     /// burn-ndarray, the reference CPU backend (deprecated in burn 0.22, removed in 0.23).
     Ndarray,

@@ -1,0 +1,128 @@
+//! Loss-curve plots of a study: one panel per backend, per model the mean over seeds and a band
+//! from the best to the worst seed, log-scale loss, the two floors as dashed lines.
+
+use std::path::Path;
+use std::sync::Once;
+
+use anyhow::{Result, anyhow};
+use model::Backend;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use crate::models::ModelKind;
+use crate::study::{StudyResults, smooth};
+
+const WIDTH: u32 = 520;
+const HEIGHT: u32 = 440;
+
+/// Writes the same figure as SVG and PNG (each through a temporary file and a rename).
+pub fn loss_curves(results: &StudyResults, svg: &Path, png: &Path) -> Result<()> {
+    register_font();
+    let mut backends: Vec<Backend> = results.runs.iter().map(|r| r.backend).collect();
+    backends.sort();
+    backends.dedup();
+    let size = (WIDTH * backends.len() as u32, HEIGHT);
+
+    let tmp_svg = svg.with_extension("tmp.svg");
+    draw(SVGBackend::new(&tmp_svg, size).into_drawing_area(), results, &backends)?;
+    std::fs::rename(&tmp_svg, svg)?;
+    let tmp_png = png.with_extension("tmp.png");
+    draw(BitMapBackend::new(&tmp_png, size).into_drawing_area(), results, &backends)?;
+    std::fs::rename(&tmp_png, png)?;
+    Ok(())
+}
+
+/// The PNG needs a font; DejaVu Sans is embedded so the plot renders on machines without fonts.
+fn register_font() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        for style in [FontStyle::Normal, FontStyle::Bold] {
+            // The font is a valid TTF shipped in the crate; a failure would only lose the text.
+            let _ = plotters::style::register_font("sans-serif", style, dejavu::sans::regular());
+        }
+    });
+}
+
+fn color(model: ModelKind) -> RGBColor {
+    match model {
+        ModelKind::Keras => RGBColor(31, 119, 180),
+        ModelKind::Projected => RGBColor(214, 39, 40),
+        ModelKind::Baseline => RGBColor(127, 127, 127),
+    }
+}
+
+fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, results: &StudyResults, backends: &[Backend]) -> Result<()> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("plotting failed: {e:?}");
+    root.fill(&WHITE).map_err(err)?;
+    let window = results.smoothing;
+    let curves: Vec<_> = results.runs.iter().map(|r| (r, smooth(&r.losses, window))).collect();
+    let steps = curves.iter().map(|(_, c)| c.len()).max().unwrap_or(1).max(2);
+    let all = curves.iter().flat_map(|(_, c)| c.iter().copied()).filter(|v| *v > 0.0);
+    let (lo, hi) = all.fold((f64::INFINITY, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let floors = [("Bayes floor", results.runs[0].summary.bayes_floor), ("per-position floor", results.runs[0].summary.per_position_floor)];
+    let lo = floors.iter().map(|f| f.1).fold(lo, f64::min) * 0.8;
+    let hi = hi.max(floors[1].1) * 1.25;
+
+    for (panel, &backend) in root.split_evenly((1, backends.len())).iter().zip(backends) {
+        let mut chart = ChartBuilder::on(panel)
+            .caption(format!("{backend}"), ("sans-serif", 22))
+            .margin(12)
+            .x_label_area_size(42)
+            .y_label_area_size(62)
+            .build_cartesian_2d(1f64..steps as f64, (lo..hi).log_scale())
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("optimizer step")
+            .y_desc(format!("train loss (mean of {window} steps)"))
+            .x_label_formatter(&|v| format!("{v:.0}"))
+            .y_label_formatter(&|v| format!("{v:.3}"))
+            .y_labels(10)
+            .light_line_style(TRANSPARENT)
+            .bold_line_style(BLACK.mix(0.12))
+            .label_style(("sans-serif", 13))
+            .axis_desc_style(("sans-serif", 15))
+            .draw()
+            .map_err(err)?;
+
+        let mut models: Vec<ModelKind> = results.runs.iter().map(|r| r.model).collect();
+        models.sort();
+        models.dedup();
+        for model in models {
+            let runs: Vec<&Vec<f64>> = curves.iter().filter(|(r, _)| r.model == model && r.backend == backend).map(|(_, c)| c).collect();
+            if runs.is_empty() {
+                continue;
+            }
+            let n = runs.iter().map(|c| c.len()).min().unwrap_or(0);
+            let at = |i: usize| runs.iter().map(|c| c[i]).collect::<Vec<_>>();
+            let mean: Vec<(f64, f64)> = (0..n).map(|i| ((i + 1) as f64, at(i).iter().sum::<f64>() / runs.len() as f64)).collect();
+            let upper = (0..n).map(|i| ((i + 1) as f64, at(i).into_iter().fold(f64::MIN, f64::max)));
+            let lower = (0..n).rev().map(|i| ((i + 1) as f64, at(i).into_iter().fold(f64::MAX, f64::min)));
+            let c = color(model);
+            chart.draw_series(std::iter::once(Polygon::new(upper.chain(lower).collect::<Vec<_>>(), c.mix(0.2).filled()))).map_err(err)?;
+            chart
+                .draw_series(LineSeries::new(mean, c.stroke_width(2)))
+                .map_err(err)?
+                .label(format!("{model} (mean, band: seeds)"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+        }
+        for (label, level) in floors {
+            let style = BLACK.mix(0.6).stroke_width(1);
+            chart
+                .draw_series(DashedLineSeries::new(vec![(1.0, level), (steps as f64, level)], 6, 4, style))
+                .map_err(err)?
+                .label(format!("{label} {level:.3}"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::MiddleRight)
+            .label_font(("sans-serif", 12))
+            .background_style(WHITE.mix(0.85))
+            .border_style(BLACK.mix(0.4))
+            .draw()
+            .map_err(err)?;
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
