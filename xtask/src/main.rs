@@ -1,6 +1,7 @@
 //! `cargo xtask <command>`: the way into the project. Each command lives in its own module and
 //! only parses arguments and prints; the work is done by the `model` and `train` crates.
 
+mod bench;
 mod compare;
 mod export;
 mod train;
@@ -9,6 +10,12 @@ mod verify;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+/// Attention allocates and frees a few 14 MB score tensors per step; glibc's malloc returns each
+/// to the kernel (mmap threshold) and the next one page-faults back in, which profiling showed as
+/// ~15% of a training step on flex. mimalloc keeps the memory.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "Keras-exact vs PyTorch-style multi-head attention on Burn")]
@@ -21,6 +28,8 @@ struct Cli {
 enum Command {
     /// Train a model on the seq_len-136 lookup task (default: the embedded config).
     Train(train::Args),
+    /// Time forward and training steps of both models, beside PyTorch and TensorFlow.
+    Bench(bench::Args),
     /// The study: every model on every backend with several seeds, and its report.
     Compare(compare::Args),
     /// Export a trained run for Burn, Keras or PyTorch.
@@ -33,6 +42,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train(args) => train::run(args),
+        Command::Bench(args) => bench::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Export(args) => export::run(args),
         Command::Verify(args) => verify::run(args),

@@ -27,7 +27,7 @@ use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::{Bool, Device, Tensor};
 
-use crate::attention::{FullyMaskedRows, dropout_probs, masked_softmax, merge_heads, split_heads};
+use crate::attention::{FullyMaskedRows, dropout_probs, fused_attention, masked_softmax, merge_heads, split_heads};
 use crate::dense::{keras_glorot_linear, linear, linear_weights};
 use crate::error::{ModelError, Result};
 use crate::weights::WeightMap;
@@ -309,23 +309,45 @@ impl KerasMha {
 
     /// The call `layer(query, value, key, attention_mask, use_causal_mask, training,
     /// return_attention_scores)`.
+    ///
+    /// Inference without an attention mask, scores or active dropout takes burn's fused attention
+    /// op ([`fused_attention`]); everything else, and every autodiff (training) call, takes the
+    /// decomposed path of [`KerasMha::forward_exact`]. With no attention mask no row is fully
+    /// masked, so both paths compute the same function.
     pub fn forward(&self, input: KerasMhaInput) -> Result<KerasMhaOutput> {
+        let fused = input.attention_mask.is_none()
+            && !input.return_attention_scores
+            && !(input.training && self.dropout > 0.0)
+            && !input.query.is_autodiff();
+        self.forward_path(input, fused)
+    }
+
+    /// The decomposed reference path (explicit logits, masked softmax, two products), for any call.
+    pub fn forward_exact(&self, input: KerasMhaInput) -> Result<KerasMhaOutput> {
+        self.forward_path(input, false)
+    }
+
+    fn forward_path(&self, input: KerasMhaInput, fused: bool) -> Result<KerasMhaOutput> {
         let (batch, query_len, source_len) = self.check_shapes(&input)?;
         let (h, k) = (self.num_heads, self.key_dim);
         let key_input = input.key.unwrap_or_else(|| input.value.clone());
 
-        // Keras rounds 1/sqrt(key_dim) to float32 before using it (0.5 for k = 4).
-        let scale = (1.0 / (k as f64).sqrt()) as f32;
-        let q = split_heads(self.query.forward(input.query), h).mul_scalar(scale); // [B, h, T, k]
+        let q = split_heads(self.query.forward(input.query), h); // [B, h, T, k]
         let kk = split_heads(self.key.forward(key_input), h); // [B, h, S, k]
         let v = split_heads(self.value.forward(input.value), h); // [B, h, S, v]
-
         let blocked = blocked_pairs(input.attention_mask, input.use_causal_mask, [batch, h, query_len, source_len], &q.device());
+        if fused {
+            let context = merge_heads(fused_attention(q, kk, v, blocked)); // [B, T, h*v]
+            return Ok(KerasMhaOutput { output: self.output.forward(context), attention_scores: None });
+        }
+
+        // Keras rounds 1/sqrt(key_dim) to float32 before using it (0.5 for k = 4).
+        let scale = (1.0 / (k as f64).sqrt()) as f32;
         // Keras' explicit-softmax path (zeroed rows) runs when scores are returned or dropout is set.
         let explicit_path = input.return_attention_scores || self.dropout > 0.0;
         let rows = if explicit_path { FullyMaskedRows::Zero } else { FullyMaskedRows::Uniform };
 
-        let logits = q.matmul(kk.swap_dims(2, 3)); // [B, h, T, S]
+        let logits = q.mul_scalar(scale).matmul(kk.swap_dims(2, 3)); // [B, h, T, S]
         let probs = masked_softmax(logits, blocked, rows); // [B, h, T, S]
         let dropped = if input.training { dropout_probs(probs.clone(), self.dropout) } else { probs.clone() }; // [B, h, T, S]
         let context = merge_heads(dropped.matmul(v)); // [B, T, h*v]

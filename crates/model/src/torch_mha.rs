@@ -27,7 +27,7 @@ use burn::module::Module;
 use burn::nn::{Initializer, Linear};
 use burn::tensor::{Bool, Device, Tensor};
 
-use crate::attention::{FullyMaskedRows, dropout_probs, masked_softmax, merge_heads, split_heads};
+use crate::attention::{FullyMaskedRows, dropout_probs, fused_attention, masked_softmax, merge_heads, split_heads};
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
 use crate::weights::{HostTensor, WeightMap};
@@ -266,47 +266,49 @@ pub struct TorchMhaOutput {
 }
 
 impl TorchMha {
+    /// The call `mha(query, key, value, key_padding_mask, need_weights, attn_mask,
+    /// average_attn_weights)`.
+    ///
+    /// Inference without returned weights, float masks or active dropout takes burn's fused
+    /// attention op ([`fused_attention`], which also gives fully blocked rows zero attention);
+    /// everything else, and every autodiff (training) call, the decomposed path of
+    /// [`TorchMha::forward_exact`].
     pub fn forward(&self, input: TorchMhaInput) -> Result<TorchMhaOutput> {
+        let fused = !input.need_weights
+            && !matches!(input.attn_mask, Some(AttnMask::Additive(_)))
+            && !(input.training && self.dropout > 0.0)
+            && !input.query.is_autodiff();
+        self.forward_path(input, fused)
+    }
+
+    /// The decomposed reference path, for any call.
+    pub fn forward_exact(&self, input: TorchMhaInput) -> Result<TorchMhaOutput> {
+        self.forward_path(input, false)
+    }
+
+    fn forward_path(&self, input: TorchMhaInput, fused: bool) -> Result<TorchMhaOutput> {
         let time_first = |x: Tensor<3>| if self.batch_first { x } else { x.swap_dims(0, 1) };
         let (query, key, value) = (time_first(input.query), time_first(input.key), time_first(input.value)); // [B, L, *]
         let (batch, query_len, source_len) = self.check_shapes(&query, &key, &value)?;
         let h = self.num_heads;
         let e = self.embed_dim();
 
-        // torch scales q by sqrt(1 / head_dim) before the product.
-        let scale = (1.0 / (e / h) as f64).sqrt() as f32;
-        let q = split_heads(self.query.forward(query), h).mul_scalar(scale); // [B, h, T, E/h]
+        let q = split_heads(self.query.forward(query), h); // [B, h, T, E/h]
         let k = split_heads(self.key.forward(key), h); // [B, h, S, E/h]
         let v = split_heads(self.value.forward(value), h); // [B, h, S, E/h]
-
-        let mut logits = q.matmul(k.swap_dims(2, 3)); // [B, h, T, S]
-        let shape = [batch, h, query_len, source_len];
-        let mut blocked: Option<Tensor<4, Bool>> = None;
-        if let Some(padding) = input.key_padding_mask {
-            check_dims("key_padding_mask", &padding.dims(), &[batch, source_len])?;
-            blocked = Some(padding.reshape([batch, 1, 1, source_len]).expand(shape)); // [B, h, T, S]
-        }
-        match input.attn_mask {
-            Some(AttnMask::Bool(mask)) => {
-                let mask = per_head(mask, shape)?; // [B, h, T, S]
-                blocked = Some(match blocked {
-                    Some(b) => b.bool_or(mask),
-                    None => mask,
-                });
-            }
-            Some(AttnMask::Additive(bias)) => {
-                let bias = per_head(bias, shape)?; // [B, h, T, S]
-                // -inf entries block the pair; adding them would turn a fully blocked row into NaN.
-                let infinite = bias.clone().equal_elem(f32::NEG_INFINITY); // [B, h, T, S]
-                logits = logits + bias.mask_fill(infinite.clone(), 0.0);
-                blocked = Some(match blocked {
-                    Some(b) => b.bool_or(infinite),
-                    None => infinite,
-                });
-            }
-            None => {}
+        let (blocked, bias) = blocked_and_bias(input.key_padding_mask, input.attn_mask, [batch, h, query_len, source_len])?;
+        if fused {
+            let context = merge_heads(fused_attention(q, k, v, blocked)); // [B, T, E]
+            return Ok(TorchMhaOutput { output: time_first(self.output.forward(context)), attn_weights: None });
         }
 
+        // torch scales q by sqrt(1 / head_dim) before the product.
+        let scale = (1.0 / (e / h) as f64).sqrt() as f32;
+        let logits = q.mul_scalar(scale).matmul(k.swap_dims(2, 3)); // [B, h, T, S]
+        let logits = match bias {
+            Some(bias) => logits + bias,
+            None => logits,
+        };
         let probs = masked_softmax(logits, blocked, FullyMaskedRows::Zero); // [B, h, T, S]
         let probs = if input.training { dropout_probs(probs, self.dropout) } else { probs }; // [B, h, T, S]
         let context = merge_heads(probs.clone().matmul(v)); // [B, T, E]
@@ -369,6 +371,42 @@ impl TorchMha {
         }
         map
     }
+}
+
+/// torch's masks as blocked pairs (true = may NOT attend) and an additive bias, both
+/// `[B, h, T, S]`. `-inf` entries of a float mask become blocked pairs (with bias 0), so that a
+/// fully blocked row gets zero attention instead of NaN.
+fn blocked_and_bias(
+    key_padding_mask: Option<Tensor<2, Bool>>, // [B, S], true = ignore
+    attn_mask: Option<AttnMask>,
+    shape: [usize; 4],
+) -> Result<(Option<Tensor<4, Bool>>, Option<Tensor<4>>)> {
+    let [batch, _, _, source_len] = shape;
+    let mut blocked: Option<Tensor<4, Bool>> = None;
+    let mut block = |mask: Tensor<4, Bool>| {
+        blocked = Some(match blocked.take() {
+            Some(b) => b.bool_or(mask),
+            None => mask,
+        })
+    };
+    if let Some(padding) = key_padding_mask {
+        check_dims("key_padding_mask", &padding.dims(), &[batch, source_len])?;
+        block(padding.reshape([batch, 1, 1, source_len]).expand(shape)); // [B, h, T, S]
+    }
+    let bias = match attn_mask {
+        Some(AttnMask::Bool(mask)) => {
+            block(per_head(mask, shape)?); // [B, h, T, S]
+            None
+        }
+        Some(AttnMask::Additive(bias)) => {
+            let bias = per_head(bias, shape)?; // [B, h, T, S]
+            let infinite = bias.clone().equal_elem(f32::NEG_INFINITY); // [B, h, T, S]
+            block(infinite.clone());
+            Some(bias.mask_fill(infinite, 0.0))
+        }
+        None => None,
+    };
+    Ok((blocked, bias))
 }
 
 /// Broadcasts a `[1 | B*h, T, S]` mask to `[B, h, T, S]`.

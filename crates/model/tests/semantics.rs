@@ -262,3 +262,29 @@ fn keras_with_value_dim_ne_key_dim_maps_exactly_to_the_projected_model() {
     let theirs = keras.forward(KerasMhaInput::new(x.clone(), x)).unwrap().output;
     assert!(max_abs_diff(&host(again), &host(theirs)) < 1e-5);
 }
+
+/// The fused inference path (burn's attention op) against the decomposed reference path.
+#[test]
+fn fused_inference_path_matches_the_exact_path_within_1e_6() {
+    let config = KerasMhaConfig::new(6, 4, 4);
+    let layer = config.init_with_weights(&random_keras_weights(&config, 90), &device()).unwrap();
+    let x = tensor([2, 136, 4], 91);
+    for causal in [false, true] {
+        let call = || KerasMhaInput::new(x.clone(), x.clone()).use_causal_mask(causal);
+        let fast = host(layer.forward(call()).unwrap().output);
+        let exact = host(layer.forward_exact(call()).unwrap().output);
+        assert!(max_abs_diff(&fast, &exact) < 1e-6, "keras causal={causal}");
+    }
+
+    let converted = keras_to_torch(&KerasMhaConfig::new(6, 4, 24), &random_keras_weights(&KerasMhaConfig::new(6, 4, 24), 92)).unwrap();
+    let torch = converted.config.init_with_state_dict(&converted.weights, &device()).unwrap();
+    let q = tensor([2, 9, 24], 93);
+    // Batch 1 ignores every key: a fully masked row, zero attention on both paths.
+    let ignore: Vec<bool> = (0..2 * 9).map(|i| i >= 9 || i % 9 > 6).collect();
+    let padding = Tensor::<2, Bool>::from_data(TensorData::new(ignore, [2, 9]), &device());
+    let call = || TorchMhaInput::self_attention(q.clone()).key_padding_mask(padding.clone()).need_weights(false);
+    let fast = host(torch.forward(call()).unwrap().output);
+    let exact = host(torch.forward_exact(call()).unwrap().output);
+    assert!(fast.iter().all(|v| v.is_finite()));
+    assert!(max_abs_diff(&fast, &exact) < 1e-6);
+}

@@ -1,6 +1,7 @@
 //! Training for the Keras-exact, projected and baseline models: exact optimizers, the loss,
 //! training-parity checks against the real libraries, and the synthetic sequence task.
 
+pub mod bench;
 pub mod config;
 pub mod export;
 pub mod loss;
