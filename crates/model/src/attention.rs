@@ -82,3 +82,40 @@ pub fn fused_attention(
     let options = AttentionModuleOptions { scale: None, softcap: None, is_causal: false };
     attention(q, k, v, blocked, None, options) // [B, h, T, dv]
 }
+
+/// `P v` with `P = masked softmax(logits)`, for the decomposed (training) path.
+///
+/// When the probabilities themselves are not needed (no dropout, no returned scores) the
+/// normalisation is deferred: `context = (E v) / rowsum(E)` with `E = exp(logits - max)`, which
+/// divides the `[B, h, T, dv]` context instead of the `[B, h, T, S]` probabilities and so saves
+/// one pass over the score tensor in the forward pass and one in the backward pass. The row
+/// maximum is a constant for autodiff (the softmax does not depend on it).
+///
+/// Returns the context `[B, h, T, dv]` and, when `keep_probs`, the probabilities before dropout.
+pub fn attend(
+    logits: Tensor<4>,                 // [B, h, T, S], scaled
+    v: Tensor<4>,                      // [B, h, S, dv]
+    blocked: Option<Tensor<4, Bool>>, // [B, h, T, S]
+    rows: FullyMaskedRows,
+    dropout: f64,
+    keep_probs: bool,
+) -> (Tensor<4>, Option<Tensor<4>>) {
+    if keep_probs || dropout > 0.0 {
+        let probs = masked_softmax(logits, blocked, rows); // [B, h, T, S]
+        let context = dropout_probs(probs.clone(), dropout).matmul(v); // [B, h, T, dv]
+        return (context, keep_probs.then_some(probs));
+    }
+    let logits = match &blocked {
+        Some(blocked) => logits.mask_fill(blocked.clone(), BLOCKED_LOGIT), // [B, h, T, S]
+        None => logits,
+    };
+    let max = logits.clone().detach().max_dim(3); // [B, h, T, 1]
+    let weights = (logits - max).exp(); // [B, h, T, S]
+    let weights = match (rows, blocked) {
+        // A fully blocked row has all weights 0 and a zero context; clamp its sum away from 0/0.
+        (FullyMaskedRows::Zero, Some(blocked)) => weights.mask_fill(blocked, 0.0),
+        _ => weights,
+    };
+    let total = weights.clone().sum_dim(3).clamp_min(f32::MIN_POSITIVE); // [B, h, T, 1]
+    (weights.matmul(v) / total, None) // [B, h, T, dv]
+}

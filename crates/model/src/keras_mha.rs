@@ -27,7 +27,7 @@ use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::{Bool, Device, Tensor};
 
-use crate::attention::{FullyMaskedRows, dropout_probs, fused_attention, masked_softmax, merge_heads, split_heads};
+use crate::attention::{FullyMaskedRows, attend, dropout_probs, fused_attention, masked_softmax, merge_heads, split_heads};
 use crate::dense::{keras_glorot_linear, linear, linear_weights};
 use crate::error::{ModelError, Result};
 use crate::weights::WeightMap;
@@ -348,12 +348,16 @@ impl KerasMha {
         let rows = if explicit_path { FullyMaskedRows::Zero } else { FullyMaskedRows::Uniform };
 
         let logits = q.mul_scalar(scale).matmul(kk.swap_dims(2, 3)); // [B, h, T, S]
-        let probs = masked_softmax(logits, blocked, rows); // [B, h, T, S]
-        let dropped = if input.training { dropout_probs(probs.clone(), self.dropout) } else { probs.clone() }; // [B, h, T, S]
-        let context = merge_heads(dropped.matmul(v)); // [B, T, h*v]
-        let output = self.output.forward(context); // [B, T, O]
-
-        Ok(KerasMhaOutput { output, attention_scores: input.return_attention_scores.then_some(probs) })
+        let dropout = if input.training { self.dropout } else { 0.0 };
+        let (context, probs) = if std::env::var("OLD_ATTEND").is_ok() {
+            let probs = masked_softmax(logits, blocked, rows); // [B, h, T, S]
+            let dropped = if input.training { dropout_probs(probs.clone(), self.dropout) } else { probs.clone() }; // [B, h, T, S]
+            (dropped.matmul(v), input.return_attention_scores.then_some(probs))
+        } else {
+            attend(logits, v, blocked, rows, dropout, input.return_attention_scores)
+        }; // [B, h, T, v]
+        let output = self.output.forward(merge_heads(context)); // [B, T, O]
+        Ok(KerasMhaOutput { output, attention_scores: probs })
     }
 
     /// Checks every input against the layer's widths and each other; returns `(B, T, S)`.

@@ -135,7 +135,9 @@ impl RunConfig {
         for assignment in overrides {
             apply_override(&mut table, assignment).with_context(|| format!("--set {assignment}"))?;
         }
-        let config: RunConfig = table.try_into().map_err(|e: toml::de::Error| anyhow!("{source}: {}", e.message().trim()))?;
+        // Deserialised from text (not the table) so that errors carry a span to name the key by.
+        let text = toml::to_string(&table).expect("a parsed table serialises");
+        let config: RunConfig = toml::from_str(&text).map_err(|e| anyhow!("{source}: {}{}", locate(&text, &e), e.message().trim()))?;
         config.validate().map_err(|e| anyhow!("{source}: {e}"))?;
         Ok(config)
     }
@@ -248,4 +250,19 @@ fn apply_override(table: &mut toml::Table, assignment: &str) -> Result<()> {
     }
     current.insert(last.to_string(), value);
     Ok(())
+}
+
+/// `section.key = value: ` for the line a deserialisation error points at (empty without a span).
+fn locate(text: &str, error: &toml::de::Error) -> String {
+    let Some(span) = error.span() else { return String::new() };
+    let line_start = text[..span.start].rfind('\n').map_or(0, |i| i + 1);
+    let line = text[line_start..].lines().next().unwrap_or("").trim();
+    let section = text[..line_start].lines().rev().find(|l| l.starts_with('[')).map(|l| l.trim_matches(['[', ']', ' ']));
+    if line.is_empty() || line.starts_with('[') {
+        return String::new();
+    }
+    match section {
+        Some(section) => format!("{section}.{line}: "),
+        None => format!("{line}: "),
+    }
 }

@@ -23,7 +23,7 @@ use crate::config::RunConfig;
 use crate::loss::mse;
 use crate::models::{ModelSpec, TaskModel};
 use crate::rng::Rng;
-use crate::task::{Split, TaskData, per_position_floor};
+use crate::task::{Split, per_position_floor};
 
 /// One row of `steps.csv`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -328,11 +328,6 @@ fn print_summary(s: &Summary, wall: f64) {
     println!("steps {} ({} epochs of batch {}), {:.0} samples/s, {:.1}s training, {wall:.1}s wall", s.steps, s.epochs, s.batch_size, s.samples_per_second, s.wall_seconds);
     println!("loss  train {:.5}  valid {:.5}  test {:.5}  (test R2 {:.3})", s.train_loss, s.valid_loss, s.test_loss, s.test_r2);
     println!("floors: per-position model {:.5}, Bayes {:.5}", s.per_position_floor, s.bayes_floor);
-}
-
-/// The data of a run's task (for tools that evaluate a run after the fact).
-pub fn task_data(config: &RunConfig, data_dir: &Path) -> Result<TaskData> {
-    Ok(config.task.load_or_generate(data_dir)?)
 }
 
 /// Reads a run's library weights back as a host map.
