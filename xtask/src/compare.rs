@@ -1,7 +1,6 @@
 //! `cargo xtask compare`: the study matrix {keras, projected, baseline} x backends x seeds, and its
 //! report in reports/<name>/.
 
-use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 use anyhow::{Result, bail};
@@ -10,6 +9,8 @@ use train::config::RunConfig;
 use train::models::ModelKind;
 use train::study::{StudyConfig, run_study, write_report};
 
+use crate::config_args::ConfigArgs;
+
 /// Train every model on every backend with several seeds, equal budgets and shared initial
 /// weights, and write reports/<name>/ (report.md with the table and the verdict, results.json,
 /// loss_curves.svg/png). Finished runs are reused, so an interrupted study resumes.
@@ -17,12 +18,9 @@ use train::study::{StudyConfig, run_study, write_report};
 /// The default budget is configs/default.toml with train.epochs = 2 (256 steps of batch 32).
 #[derive(clap::Args)]
 pub struct Args {
-    /// Base run config (default: the embedded configs/default.toml with train.epochs = 2).
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// Override a key of the base config (repeatable), e.g. --set train.epochs=3.
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    overrides: Vec<String>,
+    /// The base run config of every run of the matrix.
+    #[command(flatten)]
+    config: ConfigArgs,
     /// A reduced matrix for CI: configs/tiny.toml, two seeds, seconds to a minute.
     #[arg(long)]
     quick: bool,
@@ -42,16 +40,16 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     let root = train::paths::repo_root();
-    let config_file = match (&args.config, args.quick) {
+    let config_file = match (&args.config.config, args.quick) {
         (Some(path), _) => Some(path.clone()),
         (None, true) => Some(root.join("configs/tiny.toml")),
         (None, false) => None,
     };
     let mut overrides = Vec::new();
-    if args.config.is_none() && !args.quick {
+    if args.config.config.is_none() && !args.quick {
         overrides.push("train.epochs=2".to_string());
     }
-    overrides.extend(args.overrides.iter().cloned());
+    overrides.extend(args.config.overrides.iter().cloned());
     let base = RunConfig::load(config_file.as_deref(), &overrides)?;
     let seeds = args.seeds.unwrap_or(if args.quick { 2 } else { 3 });
     if seeds == 0 {

@@ -3,6 +3,7 @@
 
 mod bench;
 mod compare;
+mod config_args;
 mod export;
 mod train;
 mod verify;

@@ -5,6 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use train::config::RunConfig;
+
+use crate::config_args::ConfigArgs;
 use train::run::{RunOptions, train};
 
 /// Train the Keras-exact, projected or baseline model on the seq_len-136 lookup task.
@@ -22,12 +24,8 @@ use train::run::{RunOptions, train};
 #[derive(clap::Args)]
 #[command(verbatim_doc_comment)]
 pub struct Args {
-    /// TOML config (default: the embedded configs/default.toml).
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// Override a config key, e.g. --set backend=wgpu --set train.epochs=5 (repeatable).
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    overrides: Vec<String>,
+    #[command(flatten)]
+    config: ConfigArgs,
     /// Continue an interrupted run from its newest checkpoint.
     #[arg(long)]
     resume: bool,
@@ -40,7 +38,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let config = RunConfig::load(args.config.as_deref(), &args.overrides)?;
+    let config = RunConfig::load(args.config.config.as_deref(), &args.config.overrides)?;
     let options = RunOptions {
         runs_dir: args.runs_dir,
         data_dir: train::paths::task_data_dir(),

@@ -215,32 +215,50 @@ impl Optimizer for KerasAdam {
             true => weight.clone() - weight.mul_scalar(self.weight_decay * lr),
             false => weight,
         };
-        let (time, m, v, v_hat) = match state {
-            Some(s) => (s.time, s.m, s.v, s.v_hat),
-            None => (0, grad.zeros_like(), grad.zeros_like(), None),
-        };
-        let t = (time + 1) as i32;
-        let m = m.clone() + (grad.clone() - m).mul_scalar(1.0 - self.beta_1);
-        let v = v.clone() + (grad.square() - v).mul_scalar(1.0 - self.beta_2);
-        let v_hat = self.amsgrad.then(|| match v_hat {
-            Some(v_hat) => v_hat.max_pair(v.clone()),
-            None => v.clone(),
-        });
+        let beta_2 = self.beta_2;
+        let state = update_moments(state, grad, self.beta_1, self.amsgrad, |v, g2| v.clone() + (g2 - v).mul_scalar(1.0 - beta_2));
+        let t = state.time as i32;
         let beta_1_power = (self.beta_1 as f32 as f64).powi(t);
         let beta_2_power = (self.beta_2 as f32 as f64).powi(t);
         let alpha = lr * (1.0 - beta_2_power).sqrt() / (1.0 - beta_1_power);
-        let denom = v_hat.clone().unwrap_or_else(|| v.clone()).sqrt().add_scalar(self.epsilon);
-        let weight = weight - m.clone().mul_scalar(alpha).div(denom);
-        (weight, Some(AdamState { time: time + 1, m, v, v_hat }))
+        let denom = state.second_moment().sqrt().add_scalar(self.epsilon);
+        let weight = weight - state.m.clone().mul_scalar(alpha).div(denom);
+        (weight, Some(state))
     }
 
     fn to_device<const D: usize>(state: Self::State<D>, device: &Device) -> Self::State<D> {
-        AdamState {
-            time: state.time,
-            m: state.m.to_device(device),
-            v: state.v.to_device(device),
-            v_hat: state.v_hat.map(|t| t.to_device(device)),
-        }
+        state.moved_to(device)
+    }
+}
+
+/// The moment updates both Adams share, `t += 1`, `m += (g - m)(1 - beta_1)` (torch's `lerp`),
+/// the library's own form of `v <- beta_2 v + (1 - beta_2) g^2` (`v_step(v, g^2)`) and AMSGrad's
+/// running maximum.
+fn update_moments<const D: usize>(
+    state: Option<AdamState<D>>,
+    grad: Tensor<D>,
+    beta_1: f64,
+    amsgrad: bool,
+    v_step: impl FnOnce(Tensor<D>, Tensor<D>) -> Tensor<D>,
+) -> AdamState<D> {
+    let AdamState { time, m, v, v_hat } = state.unwrap_or_else(|| AdamState { time: 0, m: grad.zeros_like(), v: grad.zeros_like(), v_hat: None });
+    let m = m.clone() + (grad.clone() - m).mul_scalar(1.0 - beta_1);
+    let v = v_step(v, grad.square());
+    let v_hat = amsgrad.then(|| match v_hat {
+        Some(v_hat) => v_hat.max_pair(v.clone()),
+        None => v.clone(),
+    });
+    AdamState { time: time + 1, m, v, v_hat }
+}
+
+impl<const D: usize> AdamState<D> {
+    /// The second moment the update divides by: `v`, or its running maximum with AMSGrad.
+    fn second_moment(&self) -> Tensor<D> {
+        self.v_hat.clone().unwrap_or_else(|| self.v.clone())
+    }
+
+    fn moved_to(self, device: &Device) -> Self {
+        Self { time: self.time, m: self.m.to_device(device), v: self.v.to_device(device), v_hat: self.v_hat.map(|t| t.to_device(device)) }
     }
 }
 
@@ -276,26 +294,18 @@ impl Optimizer for TorchAdam {
             true => grad + weight.clone().mul_scalar(self.weight_decay),
             false => grad,
         };
-        let (time, m, v, v_max) = match state {
-            Some(s) => (s.time, s.m, s.v, s.v_hat),
-            None => (0, grad.zeros_like(), grad.zeros_like(), None),
-        };
-        let t = (time + 1) as i32;
-        let m = m.clone() + (grad.clone() - m).mul_scalar(1.0 - self.beta_1);
-        let v = v.mul_scalar(self.beta_2) + grad.square().mul_scalar(1.0 - self.beta_2);
-        let v_max = self.amsgrad.then(|| match v_max {
-            Some(v_max) => v_max.max_pair(v.clone()),
-            None => v.clone(),
-        });
+        let beta_2 = self.beta_2;
+        let state = update_moments(state, grad, self.beta_1, self.amsgrad, |v, g2| v.mul_scalar(beta_2) + g2.mul_scalar(1.0 - beta_2));
+        let t = state.time as i32;
         let bias_correction_1 = 1.0 - self.beta_1.powi(t);
         let bias_correction_2_sqrt = (1.0 - self.beta_2.powi(t)).sqrt();
-        let denom = v_max.clone().unwrap_or_else(|| v.clone()).sqrt().div_scalar(bias_correction_2_sqrt).add_scalar(self.eps);
-        let weight = weight - m.clone().div(denom).mul_scalar(lr / bias_correction_1);
-        (weight, Some(AdamState { time: time + 1, m, v, v_hat: v_max }))
+        let denom = state.second_moment().sqrt().div_scalar(bias_correction_2_sqrt).add_scalar(self.eps);
+        let weight = weight - state.m.clone().div(denom).mul_scalar(lr / bias_correction_1);
+        (weight, Some(state))
     }
 
     fn to_device<const D: usize>(state: Self::State<D>, device: &Device) -> Self::State<D> {
-        <KerasAdam as Optimizer>::to_device(state, device)
+        state.moved_to(device)
     }
 }
 
