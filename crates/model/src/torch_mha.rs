@@ -27,7 +27,7 @@ use burn::module::Module;
 use burn::nn::{Initializer, Linear};
 use burn::tensor::{Bool, Device, Tensor};
 
-use crate::attention::{FullyMaskedRows, dropout_probs, fused_attention, masked_softmax, merge_heads, split_heads};
+use crate::attention::{FullyMaskedRows, attend, dropout_probs, fused_attention, masked_softmax, merge_heads, split_heads};
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
 use crate::weights::{HostTensor, WeightMap};
@@ -309,16 +309,20 @@ impl TorchMha {
             Some(bias) => logits + bias,
             None => logits,
         };
-        let probs = masked_softmax(logits, blocked, FullyMaskedRows::Zero); // [B, h, T, S]
-        let probs = if input.training { dropout_probs(probs, self.dropout) } else { probs }; // [B, h, T, S]
+        let dropout = if input.training { self.dropout } else { 0.0 };
+        if !input.need_weights {
+            let (context, _) = attend(logits, v, blocked, FullyMaskedRows::Zero, dropout, false); // [B, h, T, E/h]
+            return Ok(TorchMhaOutput { output: time_first(self.output.forward(merge_heads(context))), attn_weights: None });
+        }
+        // torch returns the weights after dropout.
+        let probs = dropout_probs(masked_softmax(logits, blocked, FullyMaskedRows::Zero), dropout); // [B, h, T, S]
         let context = merge_heads(probs.clone().matmul(v)); // [B, T, E]
         let output = time_first(self.output.forward(context)); // [B, T, E]
-
-        let attn_weights = input.need_weights.then(|| match input.average_attn_weights {
+        let attn_weights = match input.average_attn_weights {
             true => AttnWeights::Averaged(probs.mean_dim(1).squeeze_dim(1)), // [B, T, S]
             false => AttnWeights::PerHead(probs),
-        });
-        Ok(TorchMhaOutput { output, attn_weights })
+        };
+        Ok(TorchMhaOutput { output, attn_weights: Some(attn_weights) })
     }
 
     fn check_shapes(&self, query: &Tensor<3>, key: &Tensor<3>, value: &Tensor<3>) -> Result<(usize, usize, usize)> {
