@@ -1,0 +1,82 @@
+//! The `cargo xtask` commands end to end, as a user runs them: exit codes, output lines, files.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn xtask(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).output().expect("xtask runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kmha-cli-test-{}-{name}", std::process::id()));
+    std::fs::remove_dir_all(&dir).ok();
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn verify_prints_one_line_per_output_and_a_summary() {
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/reference/keras_causal.safetensors");
+    let out = xtask(&["verify", fixture, "--backend", "flex"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = stdout(&out);
+    assert!(text.lines().any(|l| l.starts_with("PASS keras_causal flex output max_abs_err=")), "{text}");
+    assert_eq!(text.lines().last(), Some("3 passed, 0 failed"));
+}
+
+#[test]
+fn verify_fails_naming_an_unreadable_file() {
+    let dir = scratch("unreadable");
+    let bad = dir.join("broken.safetensors");
+    std::fs::write(&bad, b"not a safetensors file").unwrap();
+    let out = xtask(&["verify", bad.to_str().unwrap(), "--backend", "flex"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("broken.safetensors"));
+}
+
+#[test]
+fn bad_config_is_a_one_line_error_not_a_panic() {
+    let dir = scratch("badconfig");
+    let config = dir.join("bad.toml");
+    std::fs::write(&config, "[model]\nkey_dim = 0\n").unwrap();
+    let out = xtask(&["train", "--config", config.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("bad.toml") && stderr.contains("model.key_dim = 0") && !stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn train_then_export_and_verify_the_export() {
+    let dir = scratch("train");
+    let tiny = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/tiny.toml");
+    let runs = dir.join("runs");
+    let out = xtask(&["train", "--config", tiny, "--set", "name=cli", "--runs-dir", runs.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = stdout(&out);
+    assert!(text.contains("--- cli ---") && text.contains("loss  train"), "{text}");
+    let exported = dir.join("keras.safetensors");
+    let out = xtask(&["export", "--run", runs.join("cli").to_str().unwrap(), "--format", "keras", "--out", exported.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = xtask(&["verify", exported.to_str().unwrap(), "--backend", "flex"]);
+    assert!(out.status.success(), "{}", stdout(&out));
+}
+
+/// `cargo xtask bench --quick` works (a smoke test: nothing about the times is asserted).
+#[test]
+fn bench_quick_writes_its_table_and_json() {
+    let dir = scratch("bench");
+    let json = dir.join("bench.json");
+    let out = xtask(&["bench", "--quick", "--backend", "flex", "--python", "/nonexistent/python", "--json", json.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = stdout(&out);
+    assert!(text.contains("| keras | train_step | flex |") && text.contains("| projected | forward | flex |"), "{text}");
+    let value: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = value["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    assert!(rows.iter().all(|r| r["timing"]["median_ms"].as_f64().is_some_and(|v| v > 0.0) && r["floor_ms"].as_f64().is_some_and(|v| v > 0.0)));
+}
