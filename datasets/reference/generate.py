@@ -145,18 +145,27 @@ CASES = {
     "keras_output_shape_7": Keras("output_shape=7 (attention_output.kernel (h,v,7))", num_heads=2, key_dim=3, query_len=8, query_dim=6, source_len=5, value_input_dim=6, output_shape=7),
     "keras_padding_mask": Keras("attention_mask [B,T,S] built from key padding (valid lengths 10,7,3)", num_heads=2, key_dim=4, batch=3, query_len=10, source_len=10, value_input_dim=8, valid_lengths=(10, 7, 3)),
     "keras_value_dim_ne_key_dim": Keras("value_dim=6 != key_dim=3", num_heads=2, key_dim=3, query_len=8, source_len=9, value_input_dim=5, value_dim=6),
+    "keras_cross_v2_o9_nobias_padding": Keras("EXTRA: h=3, k=5, value_dim=2, output_shape=9, use_bias=False, cross-attention Dq=7, Dk=4, Dv=6, T=11, S=13, key padding (13, 5, 1)", num_heads=3, key_dim=5, value_dim=2, output_shape=9, use_bias=False, batch=3, query_len=11, query_dim=7, source_len=13, value_input_dim=6, key_input_dim=4, valid_lengths=(13, 5, 1)),
+    "keras_causal_t5_s9_padding": Keras("EXTRA: use_causal_mask with T=5 < S=9 (top-left aligned) ANDed with key padding (9, 4)", num_heads=2, key_dim=3, query_len=5, source_len=9, value_input_dim=8, use_causal_mask=True, valid_lengths=(9, 4)),
+    "keras_causal_fully_masked": Keras("EXTRA: causal mask ANDed with a random mask that leaves query row (1, 3) and batch element 2 with no key", num_heads=4, key_dim=2, batch=3, query_len=6, source_len=6, value_input_dim=8, use_causal_mask=True, fully_masked=((1, 3), (2, None))),
     # torch.nn.MultiheadAttention
     "torch_plain_e24_h6": Torch("nn.MultiheadAttention(24, 6, batch_first=True) self-attention (query, key, value identical)", self_attention=True),
     "torch_attn_mask": Torch("self-attention with 2D bool attn_mask [T,S] (causal: True above diagonal)", self_attention=True, causal_attn_mask=True),
     "torch_kdim_vdim": Torch("kdim=10, vdim=7 (separate q/k/v_proj_weight), T=6, S=8", query_len=6, source_len=8, kdim=10, vdim=7),
     "torch_key_padding_mask": Torch("cross-attention (distinct q/k/v, T=9, S=12) with key_padding_mask (valid lengths 12, 8)", query_len=9, source_len=12, key_padding_lengths=(12, 8)),
     "torch_fully_masked_rows": Torch("EXTRA: cross-attention (T=6, S=7) whose key_padding_mask ignores every key of batch element b=2 (valid lengths 7, 5, 0) and whose attn_mask forbids every key for query row t=2; with need_weights=True those output rows and attention-weight rows are NaN, outputs.output_need_weights_false (need_weights=False) gives out_proj.bias there", batch=3, query_len=6, source_len=7, key_padding_lengths=(7, 5, 0), masked_query_rows=(2,)),
+    "torch_nobias_kdim_vdim_masks": Torch("EXTRA: embed_dim=12, 3 heads, bias=False, kdim=5, vdim=9, key padding (7, 3) and a causal bool attn_mask", embed_dim=12, num_heads=3, bias=False, kdim=5, vdim=9, query_len=7, source_len=7, key_padding_lengths=(7, 3), causal_attn_mask=True),
+    "torch_e8_h4_fully_masked": Torch("EXTRA: embed_dim=8, 4 heads, key padding (6, 0, 2) and query rows 1 and 4 forbidden every key", embed_dim=8, num_heads=4, batch=3, query_len=5, source_len=6, key_padding_lengths=(6, 0, 2), masked_query_rows=(1, 4)),
     # Linear -> MultiheadAttention
     "projected_seed": Projected("Seed PyTorch architecture: Linear(4,24) then nn.MultiheadAttention(24, 6, batch_first=True) self-attention on proj(x); x [2,136,4] -> [2,136,24]"),
+    "projected_in6_e16_h4": Projected("EXTRA: Linear(6,16) then nn.MultiheadAttention(16, 4); x [3,20,6]", in_features=6, embed_dim=16, num_heads=4, seq_len=20, batch=3),
     # weight conversions
     "conversion_keras_to_torch": Conversion("EXTRA: Keras MHA(h=6,k=4) Dq=24,Dk=24,Dv=24 -> torch in_proj_weight etc. (pure reshape/transpose)", "keras_to_torch", query_len=5, source_len=7),
     "conversion_keras_to_projected": Conversion("EXTRA: Keras MHA(6,4) on Dq=4 -> Linear(4,24)+MHA(24,6)+final Linear(24,4)", "keras_to_projected"),
     "conversion_projected_to_keras": Conversion("EXTRA: Linear(4,24)+MHA(24,6) -> Keras MHA(6,4,output_shape=24)", "projected_to_keras"),
+    "conversion_keras_to_torch_h2_k5": Conversion("EXTRA: Keras MHA(2,5) with D=10 -> torch (pure reshape/transpose)", "keras_to_torch", num_heads=2, key_dim=5, query_len=4, source_len=6),
+    "conversion_keras_to_projected_h3_k2_in5": Conversion("EXTRA: Keras MHA(3,2) on Dq=5 -> Linear(5,6)+MHA(6,3)+Linear(6,5)", "keras_to_projected", num_heads=3, key_dim=2, in_features=5),
+    "conversion_projected_to_keras_h4_k3_in7": Conversion("EXTRA: Linear(7,12)+MHA(12,4) -> Keras MHA(4,3,output_shape=12)", "projected_to_keras", num_heads=4, key_dim=3, in_features=7),
 }
 
 

@@ -320,7 +320,14 @@ fn projected_config(fixture: &Fixture, weights: &WeightMap) -> Result<ProjectedC
 fn run_projected(fixture: &Fixture, config: &ProjectedConfig, weights: &WeightMap, device: &Device) -> Result<Vec<(String, HostTensor)>> {
     let model = config.init_with_state_dict(weights, device).map_err(|e| fixture.error(e))?;
     let x = fixture.tensor("inputs.x")?.to_tensor("inputs.x", device)?;
-    let result = model.forward(ProjectedInput::new(x).need_weights(true))?;
+    let mut input = ProjectedInput::new(x).need_weights(true);
+    if fixture.tensors.contains("inputs.key_padding_mask") {
+        input.key_padding_mask = Some(fixture.tensor("inputs.key_padding_mask")?.to_bool_tensor("inputs.key_padding_mask", device)?);
+    }
+    if let Ok(mask) = fixture.tensor("inputs.attn_mask") {
+        input.attn_mask = Some(torch_attn_mask(mask, device)?);
+    }
+    let result = model.forward(input)?;
     let mut outputs = vec![("outputs.output".to_string(), HostTensor::from_tensor(result.output))];
     if fixture.tensors.contains("intermediates.proj_output") {
         outputs.push(("intermediates.proj_output".into(), HostTensor::from_tensor(result.proj_output)));

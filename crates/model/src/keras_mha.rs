@@ -21,6 +21,11 @@
 //! returns the scores, or any call of a layer with `dropout > 0`, goes through Keras' explicit
 //! softmax whose masked probabilities are zeroed, so the row's output is `attention_output.bias`
 //! ([`FullyMaskedRows::Zero`]). Neither produces NaN.
+//!
+//! burn-nn's `MultiHeadAttention` cannot serve here: its head size is `d_model / n_heads` (0 for
+//! the seed's 4 features and 6 heads), its output width is `d_model`, and query, key and value
+//! must share one width; Keras sizes heads (`key_dim`, `value_dim`) and output (`output_shape`)
+//! independently of the inputs.
 
 use burn::config::Config;
 use burn::module::Module;

@@ -91,6 +91,10 @@ CASES = {
     "train_torch_projected": TorchTrain("Seed PyTorch model: Linear(4,24) -> nn.MultiheadAttention(24, 6, batch_first=True) self-attention on proj(x); x [4,136,4] -> [4,136,24]; MSE; torch Adam(lr=1e-2, betas=(0.9,0.999), eps=1e-8, weight_decay=0); 20 steps", optimizer="adam", lr=1e-2),
     "train_torch_projected_sgd": TorchTrain("Seed PyTorch model (as train_torch_projected) with plain torch.optim.SGD(lr=0.1, momentum=0); 20 steps", optimizer="sgd", lr=0.1),
     "train_keras_masked": KerasTrain("Keras MultiHeadAttention(num_heads=2, key_dim=4) self-attention on x [4,32,8] with use_causal_mask=True AND a key-padding attention_mask (lengths random per step/batch in [8,32]); keras Adam(learning_rate=3e-2, beta_1=0.9, beta_2=0.999, epsilon=1e-7); 10 steps", num_heads=2, key_dim=4, input_dim=8, seq_len=32, steps=10, learning_rate=3e-2, use_causal_mask=True, min_padding_length=8),
+    "train_keras_h3_k2_betas": KerasTrain("EXTRA: Keras MHA(3,2) on x [3,17,5]; keras Adam(lr=5e-3, beta_1=0.8, beta_2=0.99, epsilon=1e-5); 7 steps", num_heads=3, key_dim=2, input_dim=5, seq_len=17, steps=7, learning_rate=5e-3, batch=3, beta_1=0.8, beta_2=0.99, epsilon=1e-5),
+    "train_keras_masked_h2_k3": KerasTrain("EXTRA: Keras MHA(2,3) on x [4,12,6], causal AND key padding (lengths in [4,12]); keras Adam(lr=2e-2); 6 steps", num_heads=2, key_dim=3, input_dim=6, seq_len=12, steps=6, learning_rate=2e-2, use_causal_mask=True, min_padding_length=4),
+    "train_torch_projected_in3_e8": TorchTrain("EXTRA: Linear(3,8) -> MHA(8,2) on x [2,19,3]; torch Adam(lr=3e-3); 6 steps", optimizer="adam", lr=3e-3, in_features=3, embed_dim=8, num_heads=2, seq_len=19, steps=6, batch=2),
+    "train_torch_projected_sgd_in5_e12": TorchTrain("EXTRA: Linear(5,12) -> MHA(12,4) on x [3,9,5]; torch SGD(lr=0.05); 5 steps", optimizer="sgd", lr=0.05, in_features=5, embed_dim=12, num_heads=4, seq_len=9, steps=5, batch=3),
 }
 
 
