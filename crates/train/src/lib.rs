@@ -9,6 +9,7 @@ pub mod models;
 pub mod optim;
 pub mod parity;
 pub mod plot;
+pub mod progress;
 pub mod paths;
 pub mod report;
 pub mod rng;

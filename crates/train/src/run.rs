@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::RunConfig;
 use crate::loss::mse;
 use crate::models::{ModelSpec, TaskModel};
+use crate::progress::Progress;
 use crate::rng::Rng;
 use crate::task::{Split, per_position_floor};
 
@@ -114,14 +115,12 @@ pub fn train(config: &RunConfig, options: &RunOptions) -> Result<Option<Summary>
         Some(path) => load_checkpoint(path, &spec, config, &ad)?,
         None => (initial_model(config, &spec, &ad)?, config.optimizer.init(), Position::default()),
     };
-    if options.progress {
-        let what = if resumed { format!("resuming at step {}", position.step) } else { "starting".to_string() };
-        println!("{}: {} model ({} parameters) on {}, {what}", config.name, spec.kind(), model.num_params(), config.backend);
-    }
-
     let batch = config.train.batch_size;
     let steps_per_epoch = config.task.train_size / batch;
     let total_steps = steps_per_epoch * config.train.epochs;
+    let progress = Progress::new(&config.name, options.progress, total_steps, config.train.epochs, config.train.log_every);
+    let what = if resumed { format!("resuming at step {}", position.step) } else { "starting".to_string() };
+    progress.line(&format!("{} model ({} parameters) on {}, {what}", spec.kind(), model.num_params(), config.backend));
     let mut steps_this_run = 0;
     let mut window_start = Instant::now();
     while position.step < total_steps {
@@ -150,33 +149,23 @@ pub fn train(config: &RunConfig, options: &RunOptions) -> Result<Option<Summary>
             let valid_loss = evaluate(&model.valid(), &data.valid, batch, config.train.valid_batches, &device)?;
             position.seconds += eval_started.elapsed().as_secs_f64();
             position.epochs.push(EpochRow { epoch: epoch + 1, step: position.step, train_loss, valid_loss, seconds: position.seconds });
-            if options.progress {
-                println!("{}: epoch {}/{} train_loss {train_loss:.5} valid_loss {valid_loss:.5}", config.name, epoch + 1, config.train.epochs);
-            }
+            progress.line(&format!("epoch {}/{} train_loss {train_loss:.5} valid_loss {valid_loss:.5}", epoch + 1, config.train.epochs));
             window_start = Instant::now();
         }
-        if options.progress && (position.step % config.train.log_every == 0 || position.step == total_steps) {
-            let recent = &position.steps[position.steps.len().saturating_sub(config.train.log_every)..];
-            let avg = recent.iter().map(|r| r.loss).sum::<f64>() / recent.len() as f64;
-            let rate = (position.step * batch) as f64 / position.seconds.max(1e-9);
-            let eta = (total_steps - position.step) as f64 * batch as f64 / rate;
-            println!(
-                "{}: epoch {}/{} step {}/{total_steps} loss {avg:.5} {rate:.0} samples/s eta {eta:.0}s",
-                config.name,
-                epoch + 1,
-                config.train.epochs,
-                position.step
-            );
-        }
+        let recent = &position.steps[position.steps.len().saturating_sub(config.train.log_every)..];
+        let recent_loss = recent.iter().map(|r| r.loss).sum::<f64>() / recent.len() as f64;
+        progress.step(position.step, epoch + 1, recent_loss, (position.step * batch) as f64 / position.seconds.max(1e-9), batch);
         if epoch_done || position.step % config.train.checkpoint_every == 0 {
             save_checkpoint(&dir, &model, &optim, &position)?;
         }
         if options.stop_after.is_some_and(|n| steps_this_run >= n) && position.step < total_steps {
             save_checkpoint(&dir, &model, &optim, &position)?;
+            progress.finish();
             return Ok(None);
         }
     }
 
+    progress.finish();
     let inference = model.valid();
     let test_loss = evaluate(&inference, &data.test, batch, 0, &device)?;
     let last = position.epochs.last().copied().unwrap_or(EpochRow { epoch: 0, step: 0, train_loss: f64::NAN, valid_loss: f64::NAN, seconds: 0.0 });
