@@ -32,7 +32,7 @@ use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::{Bool, Device, Tensor};
 
-use crate::attention::{FullyMaskedRows, attend, dropout_probs, fused_attention, masked_softmax, merge_heads, split_heads};
+use crate::attention::{FullyMaskedRows, attend, fused_attention, merge_heads, split_heads};
 use crate::dense::{keras_glorot_linear, linear, linear_weights};
 use crate::error::{ModelError, Result};
 use crate::weights::WeightMap;
@@ -354,13 +354,7 @@ impl KerasMha {
 
         let logits = q.mul_scalar(scale).matmul(kk.swap_dims(2, 3)); // [B, h, T, S]
         let dropout = if input.training { self.dropout } else { 0.0 };
-        let (context, probs) = if std::env::var("OLD_ATTEND").is_ok() {
-            let probs = masked_softmax(logits, blocked, rows); // [B, h, T, S]
-            let dropped = if input.training { dropout_probs(probs.clone(), self.dropout) } else { probs.clone() }; // [B, h, T, S]
-            (dropped.matmul(v), input.return_attention_scores.then_some(probs))
-        } else {
-            attend(logits, v, blocked, rows, dropout, input.return_attention_scores)
-        }; // [B, h, T, v]
+        let (context, probs) = attend(logits, v, blocked, rows, dropout, input.return_attention_scores); // [B, h, T, v]
         let output = self.output.forward(merge_heads(context)); // [B, T, O]
         Ok(KerasMhaOutput { output, attention_scores: probs })
     }
