@@ -76,8 +76,8 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, results: &StudyResults
             .x_desc("optimizer step")
             .y_desc(format!("train loss (mean of {window} steps)"))
             .x_label_formatter(&|v| format!("{v:.0}"))
-            .y_label_formatter(&|v| format!("{v:.3}"))
-            .y_labels(10)
+            .y_label_formatter(&|v| nice_log_label(*v))
+            .y_labels(12)
             .light_line_style(TRANSPARENT)
             .bold_line_style(BLACK.mix(0.12))
             .label_style(("sans-serif", 13))
@@ -125,4 +125,13 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, results: &StudyResults
     }
     root.present().map_err(err)?;
     Ok(())
+}
+
+/// Labels a log axis at 1, 2 and 5 times a power of ten only, so that labels never crowd.
+fn nice_log_label(v: f64) -> String {
+    let mantissa = v / 10f64.powf(v.log10().floor());
+    match [1.0, 2.0, 5.0].iter().any(|m| (mantissa - m).abs() < 0.05) {
+        true => format!("{v}"),
+        false => String::new(),
+    }
 }
