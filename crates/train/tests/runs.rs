@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use model::fixture::{self, Fixture};
+use burn::module::Module;
 use model::{Backend, TensorFile};
 use train::config::RunConfig;
 use train::export::{Format, export};
@@ -84,8 +85,15 @@ fn keras_and_torch_exports_of_both_models_reproduce_their_probe() {
                 assert!(check.passed, "{kind} -> {format:?}: {check}");
             }
         }
+        // The burnpack loads into a fresh Burn module and reproduces the probe beside it.
         let burnpack = export(&runs.join(kind), Format::Burn, None, &runs.join("data")).unwrap();
-        assert!(burnpack.is_file());
+        let device = Backend::Flex.device(Default::default()).unwrap();
+        let loaded = config.model_spec().init(&device).unwrap().try_load_file(&burnpack).unwrap();
+        let probe = TensorFile::read(&PathBuf::from(format!("{}.probe.safetensors", burnpack.display()))).unwrap().tensors;
+        let x = probe.get("inputs.x").unwrap().to_tensor::<3>("x", &device).unwrap();
+        let ours = model::HostTensor::from_tensor(loaded.forward(x, None, false).unwrap());
+        let check = fixture::compare(kind, "flex", "burnpack", &ours, probe.get("outputs.output").unwrap(), 1e-6);
+        assert!(check.passed, "{check}");
     }
     // A run can start from an export (init_from), in either vocabulary of its own model.
     let init = runs.join("keras/export/keras.safetensors");
