@@ -10,11 +10,14 @@ use serde_json::{Value, json};
 use train::bench::{Reps, Shape, Timing, forward, matmul_gflops, parameters, peak_rss_mb, train_step};
 use train::models::ModelKind;
 
-/// Benchmark both models at the seed's shape (batch 32, 136 steps, 4 features, 6 heads of 4).
-///
-/// When a Python with torch and tensorflow is found (--python, $BENCH_PYTHON, or python3), it also
-/// runs xtask/python/bench_reference.py with the same shapes, thread count and optimizer, and
-/// prints ours/theirs for each pair (below 1 is faster). Results go to reports/bench/bench.json.
+/// The long help of `cargo xtask bench --help`.
+pub const LONG_ABOUT: &str = "\
+Benchmark both models at the seed's shape (batch 32, 136 steps, 4 features, 6 heads of 4).
+
+When a Python with torch and tensorflow is found (--python, $BENCH_PYTHON, or python3), it also
+runs xtask/python/bench_reference.py with the same shapes, thread count and optimizer, and
+prints ours/theirs for each pair (below 1 is faster). Results go to reports/bench/bench.json.";
+
 #[derive(clap::Args)]
 pub struct Args {
     /// Few repetitions: checks that the benchmark works, not a measurement.

@@ -11,11 +11,14 @@ use train::study::{StudyConfig, run_study, write_report};
 
 use crate::config_args::ConfigArgs;
 
-/// Train every model on every backend with several seeds, equal budgets and shared initial
-/// weights, and write reports/<name>/ (report.md with the table and the verdict, results.json,
-/// loss_curves.svg/png). Finished runs are reused, so an interrupted study resumes.
-///
-/// The default budget is configs/default.toml with train.epochs = 2 (256 steps of batch 32).
+/// The long help of `cargo xtask compare --help`.
+pub const LONG_ABOUT: &str = "\
+Train every model on every backend with several seeds, equal budgets and shared initial
+weights, and write reports/<name>/ (report.md with the table and the verdict, results.json,
+loss_curves.svg/png). Finished runs are reused, so an interrupted study resumes.
+
+The default budget is configs/default.toml with train.epochs = 2 (256 steps of batch 32).";
+
 #[derive(clap::Args)]
 pub struct Args {
     /// The base run config of every run of the matrix.

@@ -6,9 +6,12 @@ use std::process::ExitCode;
 use anyhow::Result;
 use train::export::{Format, export};
 
-/// Export a trained run: burnpack (burn), safetensors with Keras names (keras) or with torch
-/// state_dict names (torch). The safetensors files carry a probe batch and this model's output on
-/// it; check them with `cargo xtask verify FILE` and `python3 xtask/python/check_export.py FILE`.
+/// The long help of `cargo xtask export --help`.
+pub const LONG_ABOUT: &str = "\
+Export a trained run: burnpack (burn), safetensors with Keras names (keras) or with torch
+state_dict names (torch). The safetensors files carry a probe batch and this model's output on
+it; check them with `cargo xtask verify FILE` and `python3 xtask/python/check_export.py FILE`.";
+
 #[derive(clap::Args)]
 pub struct Args {
     /// The run folder, e.g. runs/keras-flex.

@@ -28,12 +28,16 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Train a model on the seq_len-136 lookup task (default: the embedded config).
+    #[command(long_about = train::LONG_ABOUT)]
     Train(train::Args),
     /// Time forward and training steps of both models, beside PyTorch and TensorFlow.
+    #[command(long_about = bench::LONG_ABOUT)]
     Bench(bench::Args),
     /// The study: every model on every backend with several seeds, and its report.
+    #[command(long_about = compare::LONG_ABOUT)]
     Compare(compare::Args),
     /// Export a trained run for Burn, Keras or PyTorch.
+    #[command(long_about = export::LONG_ABOUT)]
     Export(export::Args),
     /// Check the modules against fixtures made with the real Keras and PyTorch.
     Verify(verify::Args),
