@@ -37,12 +37,6 @@ impl HostTensor {
         Self::new(shape, vec![0.0; n])
     }
 
-    /// A `u8` mask tensor from booleans.
-    pub fn mask(shape: Vec<usize>, values: impl IntoIterator<Item = bool>) -> Self {
-        let data = values.into_iter().map(|b| if b { 1.0 } else { 0.0 }).collect();
-        Self { shape, data, dtype: StoredDtype::U8 }
-    }
-
     /// The same numbers under another shape with the same element count.
     pub fn reshaped(&self, shape: Vec<usize>) -> Self {
         assert_eq!(shape.iter().product::<usize>(), self.data.len(), "reshape must keep the element count");
@@ -123,14 +117,6 @@ impl WeightMap {
         self.tensors.iter().map(|(k, v)| (k.as_str(), v))
     }
 
-    pub fn len(&self) -> usize {
-        self.tensors.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.tensors.is_empty()
-    }
-
     pub fn get(&self, name: &str) -> Result<&HostTensor> {
         self.tensors.get(name).ok_or_else(|| ModelError::MissingTensor { name: name.to_string(), hint: None })
     }
@@ -159,12 +145,6 @@ impl WeightMap {
             .iter()
             .filter_map(|(k, v)| k.strip_prefix(prefix).map(|rest| (rest.to_string(), v.clone())))
             .collect();
-        Self { tensors }
-    }
-
-    /// Every name prefixed with `prefix`.
-    pub fn prefixed(&self, prefix: &str) -> Self {
-        let tensors = self.tensors.iter().map(|(k, v)| (format!("{prefix}{k}"), v.clone())).collect();
         Self { tensors }
     }
 
