@@ -129,13 +129,13 @@ pub fn run(fixture: &Fixture, backend: &str, device: &Device) -> Result<Vec<Chec
             match split {
                 None => checks.push(compare(&fixture.case, backend, &output, ours, expected, regular_tol)),
                 Some(z) => {
-                    let (rows, (a, b)) = split_rows(ours, z.rows);
-                    let (expected_rows, _) = split_rows(expected, z.rows);
-                    if let (Some(regular), Some(expected_regular)) = (&rows.0, &expected_rows.0) {
-                        checks.push(compare(&fixture.case, backend, &output, regular, expected_regular, regular_tol));
+                    let (a, b) = z.rows.unwrap_or((0, expected.shape[0]));
+                    let ((ours_regular, ours_zero), (expected_regular, expected_zero)) = (split_rows(ours, a, b), split_rows(expected, a, b));
+                    if let (Some(ours_regular), Some(expected_regular)) = (ours_regular, expected_regular) {
+                        checks.push(compare(&fixture.case, backend, &output, &ours_regular, &expected_regular, regular_tol));
                     }
                     let zero_output = format!("{output}[{a}:{b}](zero-gradient)");
-                    checks.push(compare(&fixture.case, backend, &zero_output, &rows.1, &expected_rows.1, zero_tol));
+                    checks.push(compare(&fixture.case, backend, &zero_output, &ours_zero, &expected_zero, zero_tol));
                 }
             }
         }
@@ -143,16 +143,15 @@ pub fn run(fixture: &Fixture, backend: &str, device: &Device) -> Result<Vec<Chec
     Ok(checks)
 }
 
-/// Splits a 1-D or N-D tensor along its first axis into (entries outside `[a, b)`, entries
-/// inside); `None` rows means the whole tensor is inside.
-fn split_rows(t: &HostTensor, rows: Option<(usize, usize)>) -> ((Option<HostTensor>, HostTensor), (usize, usize)) {
-    let (a, b) = rows.unwrap_or((0, t.shape[0]));
+/// Splits a tensor along its first axis into the rows outside `[a, b)` (`None` when there are
+/// none) and the rows inside.
+fn split_rows(t: &HostTensor, a: usize, b: usize) -> (Option<HostTensor>, HostTensor) {
     let row: usize = t.shape[1..].iter().product();
-    let inside = t.data[a * row..b * row].to_vec();
-    let outside: Vec<f32> = [&t.data[..a * row], &t.data[b * row..]].concat();
-    let shape_of = |n: usize| [vec![n], t.shape[1..].to_vec()].concat();
-    let outside = (!outside.is_empty()).then(|| HostTensor::new(shape_of(outside.len() / row.max(1)), outside));
-    ((outside, HostTensor::new(shape_of(b - a), inside)), (a, b))
+    let shape_of = |rows: usize| [vec![rows], t.shape[1..].to_vec()].concat();
+    let inside = HostTensor::new(shape_of(b - a), t.data[a * row..b * row].to_vec());
+    let outside_rows = t.shape[0] - (b - a);
+    let outside = (outside_rows > 0).then(|| HostTensor::new(shape_of(outside_rows), [&t.data[..a * row], &t.data[b * row..]].concat()));
+    (outside, inside)
 }
 
 fn zero_gradient_entries(fixture: &Fixture) -> Result<Vec<ZeroGradient>> {
