@@ -320,10 +320,8 @@ impl KerasMha {
     /// decomposed path of [`KerasMha::forward_exact`]. With no attention mask no row is fully
     /// masked, so both paths compute the same function.
     pub fn forward(&self, input: KerasMhaInput) -> Result<KerasMhaOutput> {
-        let fused = input.attention_mask.is_none()
-            && !input.return_attention_scores
-            && !(input.training && self.dropout > 0.0)
-            && !input.query.is_autodiff();
+        let dropout_active = input.training && self.dropout > 0.0;
+        let fused = input.attention_mask.is_none() && !input.return_attention_scores && !dropout_active && !input.query.is_autodiff();
         self.forward_path(input, fused)
     }
 

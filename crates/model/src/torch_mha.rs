@@ -59,7 +59,7 @@ impl TorchMhaConfig {
         if self.embed_dim == 0 {
             return Err(ModelError::config("embed_dim", 0, "must be at least 1"));
         }
-        if self.num_heads == 0 || self.embed_dim % self.num_heads != 0 {
+        if self.num_heads == 0 || !self.embed_dim.is_multiple_of(self.num_heads) {
             return Err(ModelError::config(
                 "num_heads",
                 self.num_heads,
@@ -274,10 +274,9 @@ impl TorchMha {
     /// everything else, and every autodiff (training) call, the decomposed path of
     /// [`TorchMha::forward_exact`].
     pub fn forward(&self, input: TorchMhaInput) -> Result<TorchMhaOutput> {
-        let fused = !input.need_weights
-            && !matches!(input.attn_mask, Some(AttnMask::Additive(_)))
-            && !(input.training && self.dropout > 0.0)
-            && !input.query.is_autodiff();
+        let dropout_active = input.training && self.dropout > 0.0;
+        let float_mask = matches!(input.attn_mask, Some(AttnMask::Additive(_)));
+        let fused = !input.need_weights && !float_mask && !dropout_active && !input.query.is_autodiff();
         self.forward_path(input, fused)
     }
 

@@ -32,6 +32,7 @@ pub struct PerPositionMlp {
 
 /// One of the three models.
 #[derive(Module, Debug)]
+#[allow(clippy::large_enum_variant)] // one model per run: the variants' size difference costs nothing
 pub enum TaskModel {
     Keras(KerasSelfAttention),
     Projected(ProjectedModel),

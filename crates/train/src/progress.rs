@@ -31,7 +31,7 @@ impl Progress {
     /// After optimizer step `step` (1-based) of `epoch` (1-based), with the mean loss of the last
     /// `log_every` steps and the samples per second so far.
     pub fn step(&self, step: usize, epoch: usize, recent_loss: f64, samples_per_second: f64, batch: usize) {
-        if !self.enabled || !(self.live || step % self.log_every == 0 || step == self.total_steps) {
+        if !self.enabled || !(self.live || step.is_multiple_of(self.log_every) || step == self.total_steps) {
             return;
         }
         let eta = (self.total_steps - step) as f64 * batch as f64 / samples_per_second.max(1e-9);

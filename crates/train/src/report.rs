@@ -9,7 +9,7 @@ use crate::models::ModelKind;
 use crate::study::{RunResult, StudyResults, cross_backend_max_diff, mean_std, smooth, t_critical_95, welch};
 
 /// The runs of one model on one backend.
-fn cell<'a>(results: &'a StudyResults, model: ModelKind, backend: Backend) -> Vec<&'a RunResult> {
+fn cell(results: &StudyResults, model: ModelKind, backend: Backend) -> Vec<&RunResult> {
     results.runs.iter().filter(|r| r.model == model && r.backend == backend).collect()
 }
 
