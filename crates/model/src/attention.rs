@@ -66,8 +66,8 @@ pub fn merge_heads(x: Tensor<4>) -> Tensor<3> {
         .reshape([batch, len, heads * dim]) // [B, L, h * d]
 }
 
-/// `softmax(q k^T / sqrt(d)) v` through burn's fused attention op (a tiled kernel on flex, flash
-/// attention on wgpu), for inference: it has no dropout, returns no probabilities, and gives a
+/// `softmax(q k^T / sqrt(d)) v` through burn's fused attention op (one kernel on flex, flash
+/// attention on wgpu where autotune picks it), for inference: it has no dropout, returns no probabilities, and gives a
 /// fully blocked row zero attention ([`FullyMaskedRows::Zero`]). `q` is NOT pre-scaled; the op's
 /// default scale `1/sqrt(d)` equals Keras' float32-rounded one to within one ulp.
 ///

@@ -18,9 +18,7 @@ const HEIGHT: u32 = 440;
 /// Writes the same figure as SVG and PNG (each through a temporary file and a rename).
 pub fn loss_curves(results: &StudyResults, svg: &Path, png: &Path) -> Result<()> {
     register_font();
-    let mut backends: Vec<Backend> = results.runs.iter().map(|r| r.backend).collect();
-    backends.sort();
-    backends.dedup();
+    let backends = results.backends();
     let size = (WIDTH * backends.len() as u32, HEIGHT);
 
     let tmp_svg = svg.with_extension("tmp.svg");
@@ -85,10 +83,7 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, results: &StudyResults
             .draw()
             .map_err(err)?;
 
-        let mut models: Vec<ModelKind> = results.runs.iter().map(|r| r.model).collect();
-        models.sort();
-        models.dedup();
-        for model in models {
+        for model in results.models() {
             let runs: Vec<&Vec<f64>> = curves.iter().filter(|(r, _)| r.model == model && r.backend == backend).map(|(_, c)| c).collect();
             if runs.is_empty() {
                 continue;

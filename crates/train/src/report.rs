@@ -13,20 +13,6 @@ fn cell(results: &StudyResults, model: ModelKind, backend: Backend) -> Vec<&RunR
     results.runs.iter().filter(|r| r.model == model && r.backend == backend).collect()
 }
 
-fn models(results: &StudyResults) -> Vec<ModelKind> {
-    let mut m: Vec<ModelKind> = results.runs.iter().map(|r| r.model).collect();
-    m.sort();
-    m.dedup();
-    m
-}
-
-fn backends(results: &StudyResults) -> Vec<Backend> {
-    let mut b: Vec<Backend> = results.runs.iter().map(|r| r.backend).collect();
-    b.sort();
-    b.dedup();
-    b
-}
-
 /// First step (1-based) at which the smoothed train loss is below `threshold`.
 pub fn steps_to(losses: &[f64], threshold: f64, window: usize) -> Option<usize> {
     smooth(losses, window).iter().position(|&l| l < threshold).map(|i| i + 1)
@@ -58,8 +44,8 @@ pub fn markdown(results: &StudyResults, command: &str) -> String {
     );
     let _ = writeln!(out, "| model | parameters | backend | valid loss | test loss | steps to < {:.4} | samples/s | wall s |", results.threshold);
     let _ = writeln!(out, "|---|---:|---|---:|---:|---:|---:|---:|");
-    for model in models(results) {
-        for backend in backends(results) {
+    for model in results.models() {
+        for backend in results.backends() {
             let runs = cell(results, model, backend);
             if runs.is_empty() {
                 continue;
@@ -91,7 +77,7 @@ pub fn markdown(results: &StudyResults, command: &str) -> String {
     let _ = writeln!(out, "Same initial weights and batches on every backend; the largest difference of the per-step train loss between any two backends, over all steps and seeds.\n");
     let _ = writeln!(out, "| model | max \\|Δ loss\\| | where |");
     let _ = writeln!(out, "|---|---:|---|");
-    for model in models(results) {
+    for model in results.models() {
         match cross_backend_max_diff(results, model) {
             Some((diff, place)) => {
                 let _ = writeln!(out, "| {model} | {diff:.2e} | {place} |");
@@ -109,7 +95,7 @@ pub fn markdown(results: &StudyResults, command: &str) -> String {
 pub fn verdict(results: &StudyResults) -> Vec<String> {
     let mut lines = Vec::new();
     let test_losses = |model, backend| cell(results, model, backend).iter().map(|r| r.summary.test_loss).collect::<Vec<_>>();
-    for backend in backends(results) {
+    for backend in results.backends() {
         let keras = test_losses(ModelKind::Keras, backend);
         let projected = test_losses(ModelKind::Projected, backend);
         if keras.is_empty() || projected.is_empty() {

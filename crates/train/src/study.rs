@@ -54,6 +54,24 @@ pub struct StudyResults {
     pub runs: Vec<RunResult>,
 }
 
+impl StudyResults {
+    /// The models that have runs, in order.
+    pub fn models(&self) -> Vec<ModelKind> {
+        let mut models: Vec<ModelKind> = self.runs.iter().map(|r| r.model).collect();
+        models.sort();
+        models.dedup();
+        models
+    }
+
+    /// The backends that have runs, in order.
+    pub fn backends(&self) -> Vec<Backend> {
+        let mut backends: Vec<Backend> = self.runs.iter().map(|r| r.backend).collect();
+        backends.sort();
+        backends.dedup();
+        backends
+    }
+}
+
 /// Runs (or reuses) every run of the matrix, printing one line per run.
 pub fn run_study(study: &StudyConfig, runs_dir: &Path, data_dir: &Path) -> Result<StudyResults> {
     let init_dir = runs_dir.join(format!("{}-init", study.name));
