@@ -6,7 +6,9 @@
 use burn::tensor::activation::softmax;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::{Bool, Distribution, Tensor};
+use burn::tensor::{Bool, Device, Distribution, Tensor};
+
+use crate::fused;
 
 /// The logit given to a blocked (query, key) pair.
 ///
@@ -24,6 +26,48 @@ pub enum FullyMaskedRows {
     /// No attention at all (probabilities 0, so the row's output is the output bias): Keras 3's
     /// `return_attention_scores=True` / dropout path, and torch's `need_weights=False` path.
     Zero,
+}
+
+/// Which implementation computes a call's `softmax(q kᵀ) v`. All three compute the same function;
+/// the exact one is the reference the others are tested against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionPath {
+    /// Explicit logits, masked softmax, two products ([`attend`]): every call can take it.
+    Exact,
+    /// burn's fused `attention` op ([`fused_attention`]): inference only (it decomposes under
+    /// autodiff), boolean masks with zeroed fully masked rows, no probabilities, no dropout.
+    BurnFused,
+    /// This crate's fused kernel with its own backward pass ([`fused::fused_attention`]): the CPU
+    /// backends, inference and training, no mask, no probabilities, no dropout.
+    Kernel,
+}
+
+/// What decides a call's [`AttentionPath`].
+#[derive(Debug, Clone, Copy)]
+pub struct CallTraits {
+    /// The call records gradients.
+    pub autodiff: bool,
+    /// The call needs neither the probabilities nor dropout.
+    pub plain: bool,
+    /// Some (query, key) pair is blocked.
+    pub masked: bool,
+    /// burn's fused op gives the call's masks their meaning.
+    pub burn_masks_match: bool,
+    /// Per-head query/key and value widths.
+    pub key_dim: usize,
+    pub value_dim: usize,
+}
+
+impl AttentionPath {
+    /// The fastest path that computes a call on `device`.
+    pub fn fastest(device: &Device, call: CallTraits) -> Self {
+        match () {
+            _ if !call.plain => Self::Exact,
+            _ if !call.masked && fused::supports(device, call.key_dim, call.value_dim) => Self::Kernel,
+            _ if !call.autodiff && call.burn_masks_match => Self::BurnFused,
+            _ => Self::Exact,
+        }
+    }
 }
 
 /// Softmax over the last axis (keys) with blocked pairs removed.

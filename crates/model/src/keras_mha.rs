@@ -32,7 +32,8 @@ use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::{Bool, Device, Tensor};
 
-use crate::attention::{FullyMaskedRows, attend, fused_attention, merge_heads, split_heads};
+use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, fused_attention, merge_heads, split_heads};
+use crate::fused;
 use crate::dense::{keras_glorot_linear, linear, linear_weights};
 use crate::error::{ModelError, Result};
 use crate::weights::WeightMap;
@@ -315,22 +316,31 @@ impl KerasMha {
     /// The call `layer(query, value, key, attention_mask, use_causal_mask, training,
     /// return_attention_scores)`.
     ///
-    /// Inference without an attention mask, scores or active dropout takes burn's fused attention
-    /// op ([`fused_attention`]); everything else, and every autodiff (training) call, takes the
-    /// decomposed path of [`KerasMha::forward_exact`]. With no attention mask no row is fully
-    /// masked, so both paths compute the same function.
+    /// Takes the fastest [`AttentionPath`] that computes the call: on the CPU backends an unmasked
+    /// call without scores or active dropout runs the fused kernel (training included); other
+    /// inference without an attention mask, scores or dropout runs burn's fused op (with no
+    /// attention mask no row is fully masked, so its zeroed rows never show); everything else the
+    /// decomposed path of [`KerasMha::forward_exact`].
     pub fn forward(&self, input: KerasMhaInput) -> Result<KerasMhaOutput> {
         let dropout_active = input.training && self.dropout > 0.0;
-        let fused = input.attention_mask.is_none() && !input.return_attention_scores && !dropout_active && !input.query.is_autodiff();
-        self.forward_path(input, fused)
+        let call = CallTraits {
+            autodiff: input.query.is_autodiff(),
+            plain: !input.return_attention_scores && !dropout_active,
+            masked: input.attention_mask.is_some() || input.use_causal_mask,
+            burn_masks_match: input.attention_mask.is_none(),
+            key_dim: self.key_dim,
+            value_dim: self.value_dim,
+        };
+        let path = AttentionPath::fastest(&input.query.device(), call);
+        self.forward_path(input, path)
     }
 
     /// The decomposed reference path (explicit logits, masked softmax, two products), for any call.
     pub fn forward_exact(&self, input: KerasMhaInput) -> Result<KerasMhaOutput> {
-        self.forward_path(input, false)
+        self.forward_path(input, AttentionPath::Exact)
     }
 
-    fn forward_path(&self, input: KerasMhaInput, fused: bool) -> Result<KerasMhaOutput> {
+    fn forward_path(&self, input: KerasMhaInput, path: AttentionPath) -> Result<KerasMhaOutput> {
         let (batch, query_len, source_len) = self.check_shapes(&input)?;
         let (h, k) = (self.num_heads, self.key_dim);
         let key_input = input.key.unwrap_or_else(|| input.value.clone());
@@ -338,23 +348,23 @@ impl KerasMha {
         let q = split_heads(self.query.forward(input.query), h); // [B, h, T, k]
         let kk = split_heads(self.key.forward(key_input), h); // [B, h, S, k]
         let v = split_heads(self.value.forward(input.value), h); // [B, h, S, v]
-        let blocked = blocked_pairs(input.attention_mask, input.use_causal_mask, [batch, h, query_len, source_len], &q.device());
-        if fused {
-            let context = merge_heads(fused_attention(q, kk, v, blocked)); // [B, T, h*v]
-            return Ok(KerasMhaOutput { output: self.output.forward(context), attention_scores: None });
-        }
-
         // Keras rounds 1/sqrt(key_dim) to float32 before using it (0.5 for k = 4).
         let scale = (1.0 / (k as f64).sqrt()) as f32;
-        // Keras' explicit-softmax path (zeroed rows) runs when scores are returned or dropout is set.
-        let explicit_path = input.return_attention_scores || self.dropout > 0.0;
-        let rows = if explicit_path { FullyMaskedRows::Zero } else { FullyMaskedRows::Uniform };
-
-        let logits = q.mul_scalar(scale).matmul(kk.swap_dims(2, 3)); // [B, h, T, S]
-        let dropout = if input.training { self.dropout } else { 0.0 };
-        let (context, probs) = attend(logits, v, blocked, rows, dropout, input.return_attention_scores); // [B, h, T, v]
+        let blocked = blocked_pairs(input.attention_mask, input.use_causal_mask, [batch, h, query_len, source_len], &q.device());
+        let (context, attention_scores) = match path {
+            AttentionPath::Kernel => (fused::fused_attention(q, kk, v, scale), None), // [B, h, T, v]
+            AttentionPath::BurnFused => (fused_attention(q, kk, v, blocked), None), // [B, h, T, v]
+            AttentionPath::Exact => {
+                // Keras' explicit-softmax path (zeroed rows) runs when scores are returned or dropout is set.
+                let explicit_path = input.return_attention_scores || self.dropout > 0.0;
+                let rows = if explicit_path { FullyMaskedRows::Zero } else { FullyMaskedRows::Uniform };
+                let logits = q.mul_scalar(scale).matmul(kk.swap_dims(2, 3)); // [B, h, T, S]
+                let dropout = if input.training { self.dropout } else { 0.0 };
+                attend(logits, v, blocked, rows, dropout, input.return_attention_scores) // [B, h, T, v], [B, h, T, S]
+            }
+        };
         let output = self.output.forward(merge_heads(context)); // [B, T, O]
-        Ok(KerasMhaOutput { output, attention_scores: probs })
+        Ok(KerasMhaOutput { output, attention_scores })
     }
 
     /// Checks every input against the layer's widths and each other; returns `(B, T, S)`.

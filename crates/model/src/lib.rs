@@ -14,6 +14,7 @@ pub mod convert;
 pub mod dense;
 pub mod error;
 pub mod fixture;
+pub mod fused;
 pub mod keras_mha;
 pub mod projected;
 pub mod torch_mha;

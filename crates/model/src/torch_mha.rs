@@ -27,7 +27,8 @@ use burn::module::Module;
 use burn::nn::{Initializer, Linear};
 use burn::tensor::{Bool, Device, Tensor};
 
-use crate::attention::{FullyMaskedRows, attend, dropout_probs, fused_attention, masked_softmax, merge_heads, split_heads};
+use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, dropout_probs, fused_attention, masked_softmax, merge_heads, split_heads};
+use crate::fused;
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
 use crate::weights::{HostTensor, WeightMap};
@@ -269,23 +270,32 @@ impl TorchMha {
     /// The call `mha(query, key, value, key_padding_mask, need_weights, attn_mask,
     /// average_attn_weights)`.
     ///
-    /// Inference without returned weights, float masks or active dropout takes burn's fused
-    /// attention op ([`fused_attention`], which also gives fully blocked rows zero attention);
-    /// everything else, and every autodiff (training) call, the decomposed path of
+    /// Takes the fastest [`AttentionPath`] that computes the call: on the CPU backends an unmasked
+    /// call without weights or active dropout runs the fused kernel (training included); other
+    /// inference without weights, float masks or dropout runs burn's fused op (which, like torch,
+    /// gives fully blocked rows zero attention); everything else the decomposed path of
     /// [`TorchMha::forward_exact`].
     pub fn forward(&self, input: TorchMhaInput) -> Result<TorchMhaOutput> {
+        let head_dim = self.embed_dim() / self.num_heads;
         let dropout_active = input.training && self.dropout > 0.0;
-        let float_mask = matches!(input.attn_mask, Some(AttnMask::Additive(_)));
-        let fused = !input.need_weights && !float_mask && !dropout_active && !input.query.is_autodiff();
-        self.forward_path(input, fused)
+        let call = CallTraits {
+            autodiff: input.query.is_autodiff(),
+            plain: !input.need_weights && !dropout_active,
+            masked: input.key_padding_mask.is_some() || input.attn_mask.is_some(),
+            burn_masks_match: !matches!(input.attn_mask, Some(AttnMask::Additive(_))),
+            key_dim: head_dim,
+            value_dim: head_dim,
+        };
+        let path = AttentionPath::fastest(&input.query.device(), call);
+        self.forward_path(input, path)
     }
 
     /// The decomposed reference path, for any call.
     pub fn forward_exact(&self, input: TorchMhaInput) -> Result<TorchMhaOutput> {
-        self.forward_path(input, false)
+        self.forward_path(input, AttentionPath::Exact)
     }
 
-    fn forward_path(&self, input: TorchMhaInput, fused: bool) -> Result<TorchMhaOutput> {
+    fn forward_path(&self, input: TorchMhaInput, path: AttentionPath) -> Result<TorchMhaOutput> {
         let time_first = |x: Tensor<3>| if self.batch_first { x } else { x.swap_dims(0, 1) };
         let (query, key, value) = (time_first(input.query), time_first(input.key), time_first(input.value)); // [B, L, *]
         let (batch, query_len, source_len) = self.check_shapes(&query, &key, &value)?;
@@ -295,33 +305,34 @@ impl TorchMha {
         let q = split_heads(self.query.forward(query), h); // [B, h, T, E/h]
         let k = split_heads(self.key.forward(key), h); // [B, h, S, E/h]
         let v = split_heads(self.value.forward(value), h); // [B, h, S, E/h]
-        let (blocked, bias) = blocked_and_bias(input.key_padding_mask, input.attn_mask, [batch, h, query_len, source_len])?;
-        if fused {
-            let context = merge_heads(fused_attention(q, k, v, blocked)); // [B, T, E]
-            return Ok(TorchMhaOutput { output: time_first(self.output.forward(context)), attn_weights: None });
-        }
-
         // torch scales q by sqrt(1 / head_dim) before the product.
         let scale = (1.0 / (e / h) as f64).sqrt() as f32;
-        let logits = q.mul_scalar(scale).matmul(k.swap_dims(2, 3)); // [B, h, T, S]
-        let logits = match bias {
-            Some(bias) => logits + bias,
-            None => logits,
-        };
+        let (blocked, bias) = blocked_and_bias(input.key_padding_mask, input.attn_mask, [batch, h, query_len, source_len])?;
         let dropout = if input.training { self.dropout } else { 0.0 };
-        if !input.need_weights {
-            let (context, _) = attend(logits, v, blocked, FullyMaskedRows::Zero, dropout, false); // [B, h, T, E/h]
-            return Ok(TorchMhaOutput { output: time_first(self.output.forward(merge_heads(context))), attn_weights: None });
-        }
-        // torch returns the weights after dropout.
-        let probs = dropout_probs(masked_softmax(logits, blocked, FullyMaskedRows::Zero), dropout); // [B, h, T, S]
-        let context = merge_heads(probs.clone().matmul(v)); // [B, T, E]
-        let output = time_first(self.output.forward(context)); // [B, T, E]
-        let attn_weights = match input.average_attn_weights {
-            true => AttnWeights::Averaged(probs.mean_dim(1).squeeze_dim(1)), // [B, T, S]
-            false => AttnWeights::PerHead(probs),
+        let (context, attn_weights) = match path {
+            AttentionPath::Kernel => (fused::fused_attention(q, k, v, scale), None), // [B, h, T, E/h]
+            AttentionPath::BurnFused => (fused_attention(q, k, v, blocked), None), // [B, h, T, E/h]
+            AttentionPath::Exact => {
+                let logits = q.mul_scalar(scale).matmul(k.swap_dims(2, 3)); // [B, h, T, S]
+                let logits = match bias {
+                    Some(bias) => logits + bias,
+                    None => logits,
+                };
+                if input.need_weights {
+                    // torch returns the weights after dropout.
+                    let probs = dropout_probs(masked_softmax(logits, blocked, FullyMaskedRows::Zero), dropout); // [B, h, T, S]
+                    let weights = match input.average_attn_weights {
+                        true => AttnWeights::Averaged(probs.clone().mean_dim(1).squeeze_dim(1)), // [B, T, S]
+                        false => AttnWeights::PerHead(probs.clone()),
+                    };
+                    (probs.matmul(v), Some(weights)) // [B, h, T, E/h]
+                } else {
+                    (attend(logits, v, blocked, FullyMaskedRows::Zero, dropout, false).0, None) // [B, h, T, E/h]
+                }
+            }
         };
-        Ok(TorchMhaOutput { output, attn_weights: Some(attn_weights) })
+        let output = time_first(self.output.forward(merge_heads(context))); // [B, T, E]
+        Ok(TorchMhaOutput { output, attn_weights })
     }
 
     fn check_shapes(&self, query: &Tensor<3>, key: &Tensor<3>, value: &Tensor<3>) -> Result<(usize, usize, usize)> {

@@ -1,0 +1,70 @@
+//! `exp` for arguments `<= 0` in straight-line float arithmetic, so that a loop over it
+//! vectorises (libm's `expf` is a call per element).
+//!
+//! Cephes' `expf`: `exp(x) = 2^n * exp(r)` with `n = round(x / ln 2)`, `r = x - n ln 2` split in
+//! two constants for precision, and a degree-6 polynomial for `exp(r)` on `|r| <= ln(2) / 2`.
+//! Relative error under 2 ulp. Arguments below [`UNDERFLOW`] return exactly 0 (the true value
+//! is below 2^-126, where float32 has no normal numbers left); `-inf` returns 0.
+
+/// Below this, `exp(x) < f32::MIN_POSITIVE`: the result is 0.
+pub const UNDERFLOW: f32 = -87.336_54;
+
+const LOG2_E: f32 = std::f32::consts::LOG2_E;
+/// `ln 2 = LN2_HI + LN2_LO`, with `LN2_HI` exact in few bits so that `n * LN2_HI` is exact.
+const LN2_HI: f32 = 0.693_359_4;
+const LN2_LO: f32 = -2.121_944_4e-4;
+/// Adding 1.5 * 2^23 to a float of magnitude < 2^22 rounds it to the nearest integer `n`, held in
+/// the low mantissa bits: the sum's bit pattern is `ROUND_MAGIC.to_bits() + n`.
+const ROUND_MAGIC: f32 = 12_582_912.0;
+
+/// `a * b + c`, fused when the kernel is compiled for a CPU with FMA (a libm call otherwise).
+#[inline(always)]
+pub fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
+    if FMA { a.mul_add(b, c) } else { a * b + c }
+}
+
+/// `exp(x)` for `x <= 0`.
+#[inline(always)]
+pub fn exp_nonpositive<const FMA: bool>(x: f32) -> f32 {
+    let clamped = x.max(UNDERFLOW);
+    let rounded = clamped * LOG2_E + ROUND_MAGIC;
+    let n = rounded - ROUND_MAGIC; // round(x / ln 2), in [-126, 0]
+    let r = madd::<FMA>(n, -LN2_LO, madd::<FMA>(n, -LN2_HI, clamped)); // x - n ln 2, |r| <= ln(2)/2
+    let mut p = 1.987_569_1e-4_f32;
+    p = madd::<FMA>(p, r, 1.398_199_9e-3);
+    p = madd::<FMA>(p, r, 8.333_452e-3);
+    p = madd::<FMA>(p, r, 4.166_579_6e-2);
+    p = madd::<FMA>(p, r, 1.666_666_5e-1);
+    p = madd::<FMA>(p, r, 0.5);
+    let exp_r = madd::<FMA>(p, r * r, r) + 1.0; // exp(r)
+    // 2^n from its exponent bits n + 127, in integer arithmetic that vectorises (no float -> int).
+    let biased_exponent = rounded.to_bits().wrapping_sub(ROUND_MAGIC.to_bits()).wrapping_add(127);
+    let two_to_n = f32::from_bits(biased_exponent << 23); // a normal float: n + 127 >= 1
+    if x < UNDERFLOW { 0.0 } else { exp_r * two_to_n }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matches_libm_within_two_ulp_on_the_softmax_range() {
+        let mut worst_ulps = 0.0f64;
+        for i in 0..=200_000 {
+            let x = -87.3f32 * i as f32 / 200_000.0;
+            let exact = (x as f64).exp();
+            for got in [exp_nonpositive::<false>(x), exp_nonpositive::<true>(x)] {
+                let ulp = (exact as f32).abs() * f32::EPSILON;
+                worst_ulps = worst_ulps.max((got as f64 - exact).abs() / ulp as f64);
+            }
+        }
+        assert!(worst_ulps <= 2.0, "worst error {worst_ulps} ulp");
+    }
+
+    #[test]
+    fn underflows_to_exactly_zero() {
+        assert_eq!(exp_nonpositive::<false>(-88.0), 0.0);
+        assert_eq!(exp_nonpositive::<true>(f32::NEG_INFINITY), 0.0);
+        assert_eq!(exp_nonpositive::<true>(0.0), 1.0);
+    }
+}

@@ -1,0 +1,139 @@
+//! The fused attention kernel (forward and its own backward) against the decomposed reference
+//! path under burn-autodiff, on the CPU backends it runs on: outputs, and gradients with respect
+//! to every weight and every input, at shapes the training fixtures do not cover.
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::tensor::Gradients;
+use burn::tensor::{Device, Tensor, TensorData};
+use model::convert::keras_to_torch;
+use model::torch_mha::TorchMhaInput;
+use model::{Backend, HostTensor, KerasMhaConfig, KerasMhaInput, WeightMap};
+
+/// Deterministic values in [-1, 1) from a 64-bit LCG, independent of any backend's rng.
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn input<const D: usize>(shape: [usize; D], seed: u64, device: &Device) -> Tensor<D> {
+    Tensor::from_data(TensorData::new(values(shape.iter().product(), seed), shape), device).require_grad()
+}
+
+/// Random weights (biases included) for a Keras config.
+fn keras_weights(config: &KerasMhaConfig, seed: u64) -> WeightMap {
+    let fresh = config.init(&Device::flex()).unwrap().keras_weights();
+    let mut weights = WeightMap::new();
+    for (i, (name, t)) in fresh.iter().enumerate() {
+        weights.insert(name, HostTensor::new(t.shape.clone(), values(t.data.len(), seed + i as u64)));
+    }
+    weights
+}
+
+/// Every parameter's gradient, in module order.
+struct CollectGrads<'a> {
+    grads: &'a Gradients,
+    found: Vec<Vec<f32>>,
+}
+
+impl ModuleVisitor for CollectGrads<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let grad = param.val().grad(self.grads).expect("every parameter has a gradient");
+        self.found.push(grad.into_data().convert::<f32>().try_into_vec::<f32>().unwrap());
+    }
+}
+
+fn values_of<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data().convert::<f32>().try_into_vec::<f32>().unwrap()
+}
+
+/// `Σ output · probe` with a fixed random probe, so that every output element gets its own gradient.
+fn probe_loss(output: Tensor<3>, seed: u64) -> Tensor<1> {
+    let probe = Tensor::from_data(TensorData::new(values(output.shape().num_elements(), seed), output.dims()), &output.device());
+    (output * probe).sum()
+}
+
+/// The largest difference relative to the largest reference magnitude (at least 1). Weight and
+/// input gradients are sums over every (batch, position) with terms as large as the largest
+/// gradient, so float32 rounding scales with that, also in entries that cancel to about zero
+/// (the key bias's gradient is exactly zero in exact arithmetic).
+fn max_scaled_diff(ours: &[Vec<f32>], reference: &[Vec<f32>]) -> f32 {
+    assert_eq!(ours.len(), reference.len());
+    let scale = reference.iter().flatten().fold(1.0f32, |m, x| m.max(x.abs()));
+    let pairs = ours.iter().zip(reference).flat_map(|(a, b)| a.iter().zip(b));
+    pairs.map(|(x, y)| (x - y).abs()).fold(0.0, f32::max) / scale
+}
+
+fn cpu_backends() -> [Device; 2] {
+    [Backend::Ndarray.device(Default::default()).unwrap(), Backend::Flex.device(Default::default()).unwrap()]
+}
+
+#[test]
+fn keras_kernel_matches_the_exact_path_with_gradients() {
+    // (heads, key_dim, value_dim, query width, T, S): the seed, value_dim != key_dim with T != S,
+    // widths that pad to 8 and 16 lanes of features.
+    for (heads, key_dim, value_dim, width, query_len, source_len) in
+        [(6, 4, 4, 4, 136, 136), (3, 2, 5, 6, 19, 37), (2, 7, 3, 5, 33, 20), (2, 16, 12, 8, 17, 9)]
+    {
+        let config = KerasMhaConfig::new(heads, key_dim, width).with_value_dim(Some(value_dim));
+        let weights = keras_weights(&config, 7);
+        for device in cpu_backends() {
+            let device = device.autodiff();
+            let layer = config.init_with_weights(&weights, &device).unwrap();
+            let run = |exact: bool| {
+                let query = input([2, query_len, width], 11, &device);
+                let value = input([2, source_len, width], 12, &device);
+                let call = KerasMhaInput::new(query.clone(), value.clone());
+                let output = match exact {
+                    true => layer.forward_exact(call),
+                    false => layer.forward(call),
+                }
+                .unwrap()
+                .output;
+                let grads = probe_loss(output.clone(), 13).backward();
+                let mut collect = CollectGrads { grads: &grads, found: vec![values_of(output)] };
+                layer.visit(&mut collect);
+                collect.found.push(values_of(query.grad(&grads).unwrap()));
+                collect.found.push(values_of(value.grad(&grads).unwrap()));
+                collect.found
+            };
+            let diff = max_scaled_diff(&run(false), &run(true));
+            eprintln!("keras h={heads} k={key_dim} v={value_dim} T={query_len} S={source_len} on {device:?}: {diff:e}");
+            assert!(diff < 1e-6, "keras h={heads} k={key_dim} v={value_dim}: kernel vs exact {diff:e}");
+        }
+    }
+}
+
+#[test]
+fn torch_kernel_matches_the_exact_path_with_gradients() {
+    let keras = KerasMhaConfig::new(6, 4, 24);
+    let converted = keras_to_torch(&keras, &keras_weights(&keras, 21)).unwrap();
+    for device in cpu_backends() {
+        let device = device.autodiff();
+        let mha = converted.config.init_with_state_dict(&converted.weights, &device).unwrap();
+        let run = |exact: bool| {
+            let query = input([3, 21, 24], 22, &device);
+            let key = input([3, 30, 24], 23, &device);
+            let call = TorchMhaInput::new(query.clone(), key.clone(), key.clone()).need_weights(false);
+            let output = match exact {
+                true => mha.forward_exact(call),
+                false => mha.forward(call),
+            }
+            .unwrap()
+            .output;
+            let grads = probe_loss(output.clone(), 24).backward();
+            let mut collect = CollectGrads { grads: &grads, found: vec![values_of(output)] };
+            mha.visit(&mut collect);
+            collect.found.push(values_of(query.grad(&grads).unwrap()));
+            collect.found.push(values_of(key.grad(&grads).unwrap()));
+            collect.found
+        };
+        let diff = max_scaled_diff(&run(false), &run(true));
+        eprintln!("torch on {device:?}: {diff:e}");
+        assert!(diff < 1e-6, "torch: kernel vs exact {diff:e}");
+    }
+}
