@@ -96,18 +96,22 @@ pub fn dropout_probs(probs: Tensor<4>, rate: f64) -> Tensor<4> {
     probs * keep.div_scalar(1.0 - rate) // [B, h, T, S]
 }
 
-/// Splits the feature axis into heads: `[B, L, h * d] -> [B, h, L, d]`.
+/// Splits the feature axis into heads: `[B, L, h * d] -> [B, L, h, d]` (no data moves).
 pub fn split_heads(x: Tensor<3>, num_heads: usize) -> Tensor<4> {
     let [batch, len, width] = x.dims();
     x.reshape([batch, len, num_heads, width / num_heads]) // [B, L, h, d]
-        .swap_dims(1, 2) // [B, h, L, d]
 }
 
-/// Concatenates the heads back: `[B, h, L, d] -> [B, L, h * d]` (head-major, Keras' and torch's flat order).
+/// Concatenates the heads back: `[B, L, h, d] -> [B, L, h * d]` (head-major, Keras' and torch's flat order).
 pub fn merge_heads(x: Tensor<4>) -> Tensor<3> {
-    let [batch, heads, len, dim] = x.dims();
-    x.swap_dims(1, 2) // [B, L, h, d]
-        .reshape([batch, len, heads * dim]) // [B, L, h * d]
+    let [batch, len, heads, dim] = x.dims();
+    x.reshape([batch, len, heads * dim]) // [B, L, h * d]
+}
+
+/// `[B, L, h, d] <-> [B, h, L, d]`: heads-last (the projections' layout) to head-major (one
+/// matrix per head, what batched matrix products need) and back.
+pub fn transpose_heads(x: Tensor<4>) -> Tensor<4> {
+    x.swap_dims(1, 2)
 }
 
 /// `softmax(q k^T / sqrt(d)) v` through burn's fused attention op (one kernel on flex, flash
@@ -118,13 +122,14 @@ pub fn merge_heads(x: Tensor<4>) -> Tensor<3> {
 /// The decomposed path ([`attend`]) stays the reference: tests check
 /// that both agree within the fixtures' 1e-5 (they differ by float32 reduction order, ~2e-6).
 pub fn fused_attention(
-    q: Tensor<4>,                      // [B, h, T, d]
-    k: Tensor<4>,                      // [B, h, S, d]
-    v: Tensor<4>,                      // [B, h, S, dv]
+    q: Tensor<4>,                      // [B, T, h, d]
+    k: Tensor<4>,                      // [B, S, h, d]
+    v: Tensor<4>,                      // [B, S, h, dv]
     blocked: Option<Tensor<4, Bool>>, // [B, h, T, S], true = may NOT attend
 ) -> Tensor<4> {
     let options = AttentionModuleOptions { scale: None, softcap: None, is_causal: false };
-    attention(q, k, v, blocked, None, options) // [B, h, T, dv]
+    let (q, k, v) = (transpose_heads(q), transpose_heads(k), transpose_heads(v)); // [B, h, L, *]
+    transpose_heads(attention(q, k, v, blocked, None, options)) // [B, T, h, dv]
 }
 
 /// `P v` with `P = masked softmax(logits)`, for the decomposed (training) path.

@@ -32,7 +32,7 @@ use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::{Bool, Device, Tensor};
 
-use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, fused_attention, merge_heads, split_heads};
+use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, fused_attention, merge_heads, split_heads, transpose_heads};
 use crate::fused;
 use crate::dense::{keras_glorot_linear, linear, linear_weights};
 use crate::error::{ModelError, Result};
@@ -345,22 +345,24 @@ impl KerasMha {
         let (h, k) = (self.num_heads, self.key_dim);
         let key_input = input.key.unwrap_or_else(|| input.value.clone());
 
-        let q = split_heads(self.query.forward(input.query), h); // [B, h, T, k]
-        let kk = split_heads(self.key.forward(key_input), h); // [B, h, S, k]
-        let v = split_heads(self.value.forward(input.value), h); // [B, h, S, v]
+        let q = split_heads(self.query.forward(input.query), h); // [B, T, h, k]
+        let kk = split_heads(self.key.forward(key_input), h); // [B, S, h, k]
+        let v = split_heads(self.value.forward(input.value), h); // [B, S, h, v]
         // Keras rounds 1/sqrt(key_dim) to float32 before using it (0.5 for k = 4).
         let scale = (1.0 / (k as f64).sqrt()) as f32;
         let blocked = blocked_pairs(input.attention_mask, input.use_causal_mask, [batch, h, query_len, source_len], &q.device());
         let (context, attention_scores) = match path {
-            AttentionPath::Kernel => (fused::fused_attention(q, kk, v, scale), None), // [B, h, T, v]
-            AttentionPath::BurnFused => (fused_attention(q, kk, v, blocked), None), // [B, h, T, v]
+            AttentionPath::Kernel => (fused::fused_attention(q, kk, v, scale), None), // [B, T, h, v]
+            AttentionPath::BurnFused => (fused_attention(q, kk, v, blocked), None), // [B, T, h, v]
             AttentionPath::Exact => {
                 // Keras' explicit-softmax path (zeroed rows) runs when scores are returned or dropout is set.
                 let explicit_path = input.return_attention_scores || self.dropout > 0.0;
                 let rows = if explicit_path { FullyMaskedRows::Zero } else { FullyMaskedRows::Uniform };
+                let (q, kk, v) = (transpose_heads(q), transpose_heads(kk), transpose_heads(v)); // [B, h, L, *]
                 let logits = q.mul_scalar(scale).matmul(kk.swap_dims(2, 3)); // [B, h, T, S]
                 let dropout = if input.training { self.dropout } else { 0.0 };
-                attend(logits, v, blocked, rows, dropout, input.return_attention_scores) // [B, h, T, v], [B, h, T, S]
+                let (context, probs) = attend(logits, v, blocked, rows, dropout, input.return_attention_scores); // [B, h, T, v], [B, h, T, S]
+                (transpose_heads(context), probs) // [B, T, h, v]
             }
         };
         let output = self.output.forward(merge_heads(context)); // [B, T, O]

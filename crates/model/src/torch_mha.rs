@@ -27,7 +27,7 @@ use burn::module::Module;
 use burn::nn::{Initializer, Linear};
 use burn::tensor::{Bool, Device, Tensor};
 
-use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, dropout_probs, fused_attention, masked_softmax, merge_heads, split_heads};
+use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, dropout_probs, fused_attention, masked_softmax, merge_heads, split_heads, transpose_heads};
 use crate::fused;
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
@@ -302,17 +302,18 @@ impl TorchMha {
         let h = self.num_heads;
         let e = self.embed_dim();
 
-        let q = split_heads(self.query.forward(query), h); // [B, h, T, E/h]
-        let k = split_heads(self.key.forward(key), h); // [B, h, S, E/h]
-        let v = split_heads(self.value.forward(value), h); // [B, h, S, E/h]
+        let q = split_heads(self.query.forward(query), h); // [B, T, h, E/h]
+        let k = split_heads(self.key.forward(key), h); // [B, S, h, E/h]
+        let v = split_heads(self.value.forward(value), h); // [B, S, h, E/h]
         // torch scales q by sqrt(1 / head_dim) before the product.
         let scale = (1.0 / (e / h) as f64).sqrt() as f32;
         let (blocked, bias) = blocked_and_bias(input.key_padding_mask, input.attn_mask, [batch, h, query_len, source_len])?;
         let dropout = if input.training { self.dropout } else { 0.0 };
         let (context, attn_weights) = match path {
-            AttentionPath::Kernel => (fused::fused_attention(q, k, v, scale), None), // [B, h, T, E/h]
-            AttentionPath::BurnFused => (fused_attention(q, k, v, blocked), None), // [B, h, T, E/h]
+            AttentionPath::Kernel => (fused::fused_attention(q, k, v, scale), None), // [B, T, h, E/h]
+            AttentionPath::BurnFused => (fused_attention(q, k, v, blocked), None), // [B, T, h, E/h]
             AttentionPath::Exact => {
+                let (q, k, v) = (transpose_heads(q), transpose_heads(k), transpose_heads(v)); // [B, h, L, E/h]
                 let logits = q.mul_scalar(scale).matmul(k.swap_dims(2, 3)); // [B, h, T, S]
                 let logits = match bias {
                     Some(bias) => logits + bias,
@@ -325,9 +326,9 @@ impl TorchMha {
                         true => AttnWeights::Averaged(probs.clone().mean_dim(1).squeeze_dim(1)), // [B, T, S]
                         false => AttnWeights::PerHead(probs.clone()),
                     };
-                    (probs.matmul(v), Some(weights)) // [B, h, T, E/h]
+                    (transpose_heads(probs.matmul(v)), Some(weights)) // [B, T, h, E/h]
                 } else {
-                    (attend(logits, v, blocked, FullyMaskedRows::Zero, dropout, false).0, None) // [B, h, T, E/h]
+                    (transpose_heads(attend(logits, v, blocked, FullyMaskedRows::Zero, dropout, false).0), None) // [B, T, h, E/h]
                 }
             }
         };

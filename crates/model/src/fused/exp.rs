@@ -3,10 +3,11 @@
 //!
 //! Cephes' `expf`: `exp(x) = 2^n * exp(r)` with `n = round(x / ln 2)`, `r = x - n ln 2` split in
 //! two constants for precision, and a degree-6 polynomial for `exp(r)` on `|r| <= ln(2) / 2`.
-//! Relative error under 2 ulp. Arguments below [`UNDERFLOW`] return exactly 0 (the true value
-//! is below 2^-126, where float32 has no normal numbers left); `-inf` returns 0.
+//! Relative error under 2 ulp. Arguments below [`UNDERFLOW`] (and `-inf`) return
+//! `exp(UNDERFLOW)`, about 1.2e-38, where the true value is a denormal or 0: nothing a softmax
+//! row, whose largest term is 1, can tell apart.
 
-/// Below this, `exp(x) < f32::MIN_POSITIVE`: the result is 0.
+/// Below this, `exp(x) < f32::MIN_POSITIVE`; arguments are clamped to it.
 pub const UNDERFLOW: f32 = -87.336_54;
 
 const LOG2_E: f32 = std::f32::consts::LOG2_E;
@@ -40,7 +41,7 @@ pub fn exp_nonpositive<const FMA: bool>(x: f32) -> f32 {
     // 2^n from its exponent bits n + 127, in integer arithmetic that vectorises (no float -> int).
     let biased_exponent = rounded.to_bits().wrapping_sub(ROUND_MAGIC.to_bits()).wrapping_add(127);
     let two_to_n = f32::from_bits(biased_exponent << 23); // a normal float: n + 127 >= 1
-    if x < UNDERFLOW { 0.0 } else { exp_r * two_to_n }
+    exp_r * two_to_n
 }
 
 #[cfg(test)]
@@ -62,9 +63,11 @@ mod tests {
     }
 
     #[test]
-    fn underflows_to_exactly_zero() {
-        assert_eq!(exp_nonpositive::<false>(-88.0), 0.0);
-        assert_eq!(exp_nonpositive::<true>(f32::NEG_INFINITY), 0.0);
+    fn underflow_is_clamped_to_the_smallest_normal_range() {
+        for x in [-88.0, -1e30, f32::NEG_INFINITY] {
+            let y = exp_nonpositive::<true>(x);
+            assert!(y > 0.0 && y < 1.3e-38, "exp({x}) = {y}");
+        }
         assert_eq!(exp_nonpositive::<true>(0.0), 1.0);
     }
 }

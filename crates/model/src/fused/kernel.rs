@@ -22,7 +22,8 @@
 //! a horizontal reduction. Feature widths are zero-padded to one of [`WIDTHS`] so that the
 //! per-feature loops have a compile-time length and their accumulators stay in registers.
 //!
-//! Pairs run in parallel on rayon's pool. The kernels are compiled for AVX-512, AVX2 + FMA and
+//! Tensors come and go in the projections' own layout, `[B, L, h, d]` (heads last), so that no
+//! transpose to `[B, h, L, d]` is materialised around the kernel. Pairs run in parallel on rayon's pool. The kernels are compiled for AVX-512, AVX2 + FMA and
 //! the baseline, and the best one the CPU has is picked at run time.
 
 use rayon::prelude::*;
@@ -38,38 +39,67 @@ pub const WIDTHS: [usize; 6] = [4, 8, 16, 32, 64, 128];
 
 type Lanes = [f32; LANES];
 
-/// Calls `$f::<$W, FMA>(args)` with `$W` the padded width, through the widest instruction set
-/// this CPU has.
+/// An instruction set the kernels are compiled for. Only [`Isa::available`] makes values other
+/// than `Baseline`, so holding one means the CPU runs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// Whatever the build targets (SSE2 on x86-64), no FMA.
+    Baseline,
+    #[cfg(target_arch = "x86_64")]
+    Avx2Fma,
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+impl Isa {
+    /// The instruction sets this CPU runs, widest first.
+    pub fn available() -> Vec<Isa> {
+        let mut found = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx512f") && has!("avx2") && has!("fma") {
+                found.push(Isa::Avx512);
+            }
+            if has!("avx2") && has!("fma") {
+                found.push(Isa::Avx2Fma);
+            }
+        }
+        found.push(Isa::Baseline);
+        found
+    }
+
+    /// The widest instruction set this CPU runs (detected once).
+    pub fn best() -> Isa {
+        static BEST: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        *BEST.get_or_init(|| Isa::available()[0])
+    }
+}
+
+/// Calls `$f::<$W, FMA>(args)` with `$W` the padded width, compiled for `$isa`.
 macro_rules! dispatch {
-    ($width:expr, $f:ident($($arg:expr),*)) => {
+    ($isa:expr, $width:expr, $f:ident($($arg:expr),*)) => {
         match $width {
-            4 => dispatch!(@isa 4, $f($($arg),*)),
-            8 => dispatch!(@isa 8, $f($($arg),*)),
-            16 => dispatch!(@isa 16, $f($($arg),*)),
-            32 => dispatch!(@isa 32, $f($($arg),*)),
-            64 => dispatch!(@isa 64, $f($($arg),*)),
-            128 => dispatch!(@isa 128, $f($($arg),*)),
+            4 => dispatch!(@isa $isa, 4, $f($($arg),*)),
+            8 => dispatch!(@isa $isa, 8, $f($($arg),*)),
+            16 => dispatch!(@isa $isa, 16, $f($($arg),*)),
+            32 => dispatch!(@isa $isa, 32, $f($($arg),*)),
+            64 => dispatch!(@isa $isa, 64, $f($($arg),*)),
+            128 => dispatch!(@isa $isa, 128, $f($($arg),*)),
             width => unreachable!("width {width} is not one of {WIDTHS:?}"),
         }
     };
-    (@isa $w:literal, $f:ident($($arg:expr),*)) => {{
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f") && std::arch::is_x86_feature_detected!("fma") {
-                // SAFETY: the CPU supports the features the function is compiled for.
-                unsafe { simd::avx512::$f::<$w>($($arg),*) }
-            } else if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-                // SAFETY: as above.
-                unsafe { simd::avx2::$f::<$w>($($arg),*) }
-            } else {
-                $f::<$w, false>($($arg),*)
-            }
+    (@isa $isa:expr, $w:literal, $f:ident($($arg:expr),*)) => {
+        match $isa {
+            Isa::Baseline => $f::<$w, false>($($arg),*),
+            // SAFETY: an `Isa` other than `Baseline` comes from `Isa::available`, so the CPU
+            // supports the features the function is compiled for.
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2Fma => unsafe { simd::avx2::$f::<$w>($($arg),*) },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => unsafe { simd::avx512::$f::<$w>($($arg),*) },
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            $f::<$w, false>($($arg),*)
-        }
-    }};
+    };
 }
 
 /// The kernels compiled with wider instruction sets enabled.
@@ -81,7 +111,7 @@ mod simd {
                 use super::super::*;
 
                 #[target_feature(enable = $features)]
-                pub unsafe fn forward_pair<const W: usize>(pair: &PairForward, out: PairOutputs) {
+                pub unsafe fn forward_pair<const W: usize>(pair: &mut PairForward, out: PairOutputs) {
                     super::super::forward_pair::<W, true>(pair, out)
                 }
 
@@ -101,10 +131,11 @@ mod simd {
     variant!(avx2, "avx2,fma");
 }
 
-/// The sizes of one call. `pairs` is batch × heads.
+/// The sizes of one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dims {
-    pub pairs: usize,
+    pub batch: usize,
+    pub heads: usize,
     pub query_len: usize,
     pub source_len: usize,
     pub key_dim: usize,
@@ -115,6 +146,11 @@ impl Dims {
     /// The padded feature width, `None` when a width exceeds the largest of [`WIDTHS`].
     pub fn width(&self) -> Option<usize> {
         WIDTHS.into_iter().find(|&w| w >= self.key_dim.max(self.value_dim))
+    }
+
+    /// (batch, head) pairs: the unit of work.
+    fn pairs(&self) -> usize {
+        self.batch * self.heads
     }
 
     fn padded_query_len(&self) -> usize {
@@ -131,14 +167,16 @@ impl Dims {
 pub struct Forward {
     pub dims: Dims,
     pub scale: f32,
-    /// `[pairs, T, dk]`, the query already multiplied by `scale`.
+    /// `[B, T, h, dk]`, the query already multiplied by `scale`.
     scaled_query: Vec<f32>,
-    /// `[pairs, S, dk]`
+    /// `[B, S, h, dk]`
     key: Vec<f32>,
-    /// `[pairs, S, dv]`
+    /// `[B, S, h, dv]`
     value: Vec<f32>,
-    /// `[pairs, T, dv]`: the attention output.
+    /// `[B, T, h, dv]`: the attention output.
     pub output: Vec<f32>,
+    /// `[pairs, T, dv]`: the same, pair by pair.
+    output_by_pair: Vec<f32>,
     /// `[pairs, T']`: `m_t`, the row maximum of the scores.
     row_max: Vec<f32>,
     /// `[pairs, T']`: `1 / l_t`, the inverse softmax denominator.
@@ -148,30 +186,35 @@ pub struct Forward {
 /// Gradients with respect to the (unscaled) query, the key and the value.
 #[derive(Debug, Clone)]
 pub struct Gradients {
-    /// `[pairs, T, dk]`
+    /// `[B, T, h, dk]`
     pub query: Vec<f32>,
-    /// `[pairs, S, dk]`
+    /// `[B, S, h, dk]`
     pub key: Vec<f32>,
-    /// `[pairs, S, dv]`
+    /// `[B, S, h, dv]`
     pub value: Vec<f32>,
 }
 
-/// `softmax(scale · q kᵀ) v` per pair. `query`: `[pairs, T, dk]`, `key`: `[pairs, S, dk]`,
-/// `value`: `[pairs, S, dv]`. `dims.width()` must not be `None`.
+/// `softmax(scale · q kᵀ) v` per (batch, head) pair. `query`: `[B, T, h, dk]`, `key`:
+/// `[B, S, h, dk]`, `value`: `[B, S, h, dv]`; `dims.width()` must not be `None`.
 pub fn forward(query: &[f32], key: &[f32], value: &[f32], dims: Dims, scale: f32) -> Forward {
-    let Dims { pairs, query_len, source_len, key_dim, value_dim } = dims;
+    forward_with(Isa::best(), query, key, value, dims, scale)
+}
+
+fn forward_with(isa: Isa, query: &[f32], key: &[f32], value: &[f32], dims: Dims, scale: f32) -> Forward {
+    let Dims { query_len, source_len, key_dim, value_dim, .. } = dims;
+    let pairs = dims.pairs();
     assert_eq!(query.len(), pairs * query_len * key_dim, "query length");
     assert_eq!(key.len(), pairs * source_len * key_dim, "key length");
     assert_eq!(value.len(), pairs * source_len * value_dim, "value length");
     let width = dims.width().expect("feature widths within the kernel's largest width");
 
-    let scaled_query: Vec<f32> = query.iter().map(|x| x * scale).collect(); // [pairs, T, dk]
+    let scaled_query: Vec<f32> = query.iter().map(|x| x * scale).collect(); // [B, T, h, dk]
     let padded_query_len = dims.padded_query_len();
-    let mut output = vec![0.0; pairs * query_len * value_dim]; // [pairs, T, dv]
+    let mut output_by_pair = vec![0.0; pairs * query_len * value_dim]; // [pairs, T, dv]
     let mut row_max = vec![0.0; pairs * padded_query_len]; // [pairs, T']
     let mut inv_row_sum = vec![0.0; pairs * padded_query_len]; // [pairs, T']
 
-    output
+    output_by_pair
         .par_chunks_mut(query_len * value_dim)
         .zip(row_max.par_chunks_mut(padded_query_len))
         .zip(inv_row_sum.par_chunks_mut(padded_query_len))
@@ -180,17 +223,23 @@ pub fn forward(query: &[f32], key: &[f32], value: &[f32], dims: Dims, scale: f32
             || PairForward::scratch(dims, width),
             |pair, (index, ((output, row_max), inv_row_sum))| {
                 pair.pack(&scaled_query, key, value, index);
-                dispatch!(width, forward_pair(pair, PairOutputs { output, row_max, inv_row_sum }));
+                dispatch!(isa, width, forward_pair(pair, PairOutputs { output, row_max, inv_row_sum }));
             },
         );
-    Forward { dims, scale, scaled_query, key: key.to_vec(), value: value.to_vec(), output, row_max, inv_row_sum }
+    let output = heads_last(&output_by_pair, dims, query_len, value_dim); // [B, T, h, dv]
+    Forward { dims, scale, scaled_query, key: key.to_vec(), value: value.to_vec(), output, output_by_pair, row_max, inv_row_sum }
 }
 
 /// The gradients of `Σ output · output_grad` with respect to the forward pass's query, key and
-/// value. `output_grad`: `[pairs, T, dv]`.
+/// value. `output_grad`: `[B, T, h, dv]`.
 pub fn backward(saved: &Forward, output_grad: &[f32]) -> Gradients {
+    backward_with(Isa::best(), saved, output_grad)
+}
+
+fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32]) -> Gradients {
     let dims = saved.dims;
-    let Dims { pairs, query_len, source_len, key_dim, value_dim } = dims;
+    let Dims { query_len, source_len, key_dim, value_dim, .. } = dims;
+    let pairs = dims.pairs();
     assert_eq!(output_grad.len(), saved.output.len(), "output gradient length");
     let width = dims.width().expect("checked by forward");
 
@@ -206,12 +255,16 @@ pub fn backward(saved: &Forward, output_grad: &[f32]) -> Gradients {
             || PairBackward::scratch(dims, width),
             |pair, (index, ((query, key), value))| {
                 pair.pack(saved, output_grad, index);
-                dispatch!(width, key_value_grads(pair, key, value));
-                dispatch!(width, query_grads(pair, query));
+                dispatch!(isa, width, key_value_grads(pair, key, value));
+                dispatch!(isa, width, query_grads(pair, query));
                 query.iter_mut().for_each(|dq| *dq *= saved.scale); // d(q̃)/dq = scale
             },
         );
-    Gradients { query, key, value }
+    Gradients {
+        query: heads_last(&query, dims, query_len, key_dim),
+        key: heads_last(&key, dims, source_len, key_dim),
+        value: heads_last(&value, dims, source_len, value_dim),
+    }
 }
 
 /// One pair's forward inputs in the kernel's layouts (per-thread buffers, reused across pairs).
@@ -224,6 +277,8 @@ struct PairForward {
     key_rows: Vec<f32>,
     /// `[S, W]`
     value_rows: Vec<f32>,
+    /// `[S]` x 16 rows: one block's scores, kept between the two passes.
+    scores: Vec<Lanes>,
 }
 
 /// One pair's slices of the forward results.
@@ -244,15 +299,15 @@ impl PairForward {
             query_t: vec![0.0; width * dims.padded_query_len()],
             key_rows: vec![0.0; dims.source_len * width],
             value_rows: vec![0.0; dims.source_len * width],
+            scores: vec![[0.0; LANES]; dims.source_len],
         }
     }
 
     fn pack(&mut self, scaled_query: &[f32], key: &[f32], value: &[f32], pair: usize) {
-        let Dims { query_len, source_len, key_dim, value_dim, .. } = self.dims;
-        let padded_query_len = self.dims.padded_query_len();
-        pack_transposed(pair_rows(scaled_query, pair, query_len, key_dim), key_dim, padded_query_len, &mut self.query_t);
-        pack_rows(pair_rows(key, pair, source_len, key_dim), key_dim, self.width, &mut self.key_rows);
-        pack_rows(pair_rows(value, pair, source_len, value_dim), value_dim, self.width, &mut self.value_rows);
+        let d = self.dims;
+        pack_transposed(pair_rows(scaled_query, d, pair, d.query_len, d.key_dim), d.padded_query_len(), &mut self.query_t);
+        pack_rows(pair_rows(key, d, pair, d.source_len, d.key_dim), self.width, &mut self.key_rows);
+        pack_rows(pair_rows(value, d, pair, d.source_len, d.value_dim), self.width, &mut self.value_rows);
     }
 }
 
@@ -296,43 +351,41 @@ impl PairBackward {
     }
 
     fn pack(&mut self, saved: &Forward, output_grad: &[f32], pair: usize) {
-        let Dims { query_len, source_len, key_dim, value_dim, .. } = self.dims;
-        let (padded_query_len, padded_source_len) = (self.dims.padded_query_len(), self.dims.padded_source_len());
+        let d = self.dims;
+        let (padded_query_len, padded_source_len) = (d.padded_query_len(), d.padded_source_len());
         self.forward.pack(&saved.scaled_query, &saved.key, &saved.value, pair);
-        let query = pair_rows(&saved.scaled_query, pair, query_len, key_dim);
-        let output_grad = pair_rows(output_grad, pair, query_len, value_dim);
-        let output = pair_rows(&saved.output, pair, query_len, value_dim);
-        pack_rows(query, key_dim, self.width, &mut self.query_rows);
-        pack_rows(output_grad, value_dim, self.width, &mut self.output_grad_rows);
-        pack_transposed(output_grad, value_dim, padded_query_len, &mut self.output_grad_t);
-        pack_transposed(pair_rows(&saved.key, pair, source_len, key_dim), key_dim, padded_source_len, &mut self.key_t);
-        pack_transposed(pair_rows(&saved.value, pair, source_len, value_dim), value_dim, padded_source_len, &mut self.value_t);
+        let output_grad = pair_rows(output_grad, d, pair, d.query_len, d.value_dim);
+        pack_rows(pair_rows(&saved.scaled_query, d, pair, d.query_len, d.key_dim), self.width, &mut self.query_rows);
+        pack_rows(output_grad.clone(), self.width, &mut self.output_grad_rows);
+        pack_transposed(output_grad.clone(), padded_query_len, &mut self.output_grad_t);
+        pack_transposed(pair_rows(&saved.key, d, pair, d.source_len, d.key_dim), padded_source_len, &mut self.key_t);
+        pack_transposed(pair_rows(&saved.value, d, pair, d.source_len, d.value_dim), padded_source_len, &mut self.value_t);
         self.row_max.copy_from_slice(&saved.row_max[pair * padded_query_len..][..padded_query_len]);
         self.inv_row_sum.copy_from_slice(&saved.inv_row_sum[pair * padded_query_len..][..padded_query_len]);
-        for (t, row_dot) in self.row_dot[..query_len].iter_mut().enumerate() {
-            let (g, o) = (&output_grad[t * value_dim..][..value_dim], &output[t * value_dim..][..value_dim]);
+        let output = saved.output_by_pair[pair * d.query_len * d.value_dim..].chunks_exact(d.value_dim);
+        for ((row_dot, g), o) in self.row_dot.iter_mut().zip(output_grad).zip(output) {
             *row_dot = g.iter().zip(o).map(|(g, o)| g * o).sum(); // D_t
         }
     }
 }
 
-/// Forward pass of one pair, 16 query rows at a time: a pass over the keys for the row maxima,
-/// then one for the exponentials, their sums and the weighted values.
+/// Forward pass of one pair, 16 query rows at a time: a pass over the keys for the scores and
+/// their row maxima, then one for the exponentials, their sums and the weighted values.
 #[inline(always)]
-fn forward_pair<const W: usize, const FMA: bool>(pair: &PairForward, out: PairOutputs) {
+fn forward_pair<const W: usize, const FMA: bool>(pair: &mut PairForward, out: PairOutputs) {
     let Dims { query_len, source_len, value_dim, .. } = pair.dims;
     let padded_query_len = pair.dims.padded_query_len();
     for block in 0..padded_query_len / LANES {
         let query: [Lanes; W] = load_columns(&pair.query_t, padded_query_len, block); // [W] x 16 rows
         let mut max = [f32::NEG_INFINITY; LANES];
-        for key in pair.key_rows.chunks_exact(W).take(source_len) {
+        for (key, scores) in pair.key_rows.chunks_exact(W).zip(pair.scores.iter_mut()).take(source_len) {
             let score = row_scores::<W, FMA>(&query, key);
             max = lanes(|i| if score[i] > max[i] { score[i] } else { max[i] });
+            *scores = score;
         }
         let mut sum = [0.0; LANES];
         let mut context = [[0.0; LANES]; W];
-        for (key, value) in pair.key_rows.chunks_exact(W).zip(pair.value_rows.chunks_exact(W)).take(source_len) {
-            let score = row_scores::<W, FMA>(&query, key);
+        for (score, value) in pair.scores.iter().zip(pair.value_rows.chunks_exact(W)).take(source_len) {
             let weight = lanes(|i| exp_nonpositive::<FMA>(score[i] - max[i]));
             sum = lanes(|i| sum[i] + weight[i]);
             for d in 0..W {
@@ -438,23 +491,39 @@ fn store_columns<const W: usize>(columns: &[Lanes; W], block: usize, len: usize,
     }
 }
 
-/// One pair's `[len, width]` rows of a `[pairs, len, width]` buffer.
-fn pair_rows(x: &[f32], pair: usize, len: usize, width: usize) -> &[f32] {
-    &x[pair * len * width..][..len * width]
+/// The `len` rows of one (batch, head) pair in a `[B, len, h, width]` buffer.
+fn pair_rows(x: &[f32], dims: Dims, pair: usize, len: usize, width: usize) -> impl Iterator<Item = &[f32]> + Clone {
+    let (batch, head) = (pair / dims.heads, pair % dims.heads);
+    let first = (batch * len * dims.heads + head) * width;
+    x[first..].chunks(dims.heads * width).take(len).map(move |row| &row[..width])
 }
 
-/// `[len, width] -> [len, W]`, features zero-padded.
-fn pack_rows(rows: &[f32], width: usize, padded_width: usize, out: &mut [f32]) {
-    for (row, out) in rows.chunks_exact(width).zip(out.chunks_exact_mut(padded_width)) {
-        out[..width].copy_from_slice(row);
-        out[width..].fill(0.0);
+/// `[pairs, len, width] -> [B, len, h, width]`.
+fn heads_last<T: Copy + Default + Send + Sync>(by_pair: &[T], dims: Dims, len: usize, width: usize) -> Vec<T> {
+    let mut out = vec![T::default(); by_pair.len()];
+    out.par_chunks_mut(len * dims.heads * width).enumerate().for_each(|(batch, out)| {
+        for head in 0..dims.heads {
+            let pair = &by_pair[(batch * dims.heads + head) * len * width..][..len * width];
+            for (l, row) in pair.chunks_exact(width).enumerate() {
+                out[(l * dims.heads + head) * width..][..width].copy_from_slice(row);
+            }
+        }
+    });
+    out
+}
+
+/// Rows of width `w` -> `[len, W]`, features zero-padded.
+fn pack_rows<'a>(rows: impl Iterator<Item = &'a [f32]>, padded_width: usize, out: &mut [f32]) {
+    for (row, out) in rows.zip(out.chunks_exact_mut(padded_width)) {
+        out[..row.len()].copy_from_slice(row);
+        out[row.len()..].fill(0.0);
     }
 }
 
-/// `[len, width] -> [W, len']`, zero-padded in both directions.
-fn pack_transposed(rows: &[f32], width: usize, padded_len: usize, out: &mut [f32]) {
+/// Rows of width `w` -> `[W, len']`, zero-padded in both directions.
+fn pack_transposed<'a>(rows: impl Iterator<Item = &'a [f32]>, padded_len: usize, out: &mut [f32]) {
     out.fill(0.0);
-    for (j, row) in rows.chunks_exact(width).enumerate() {
+    for (j, row) in rows.enumerate() {
         for (d, &x) in row.iter().enumerate() {
             out[d * padded_len + j] = x;
         }
@@ -476,9 +545,11 @@ mod tests {
             .collect()
     }
 
-    /// Textbook attention in float64 with explicit probabilities, and its gradients.
+    /// Textbook attention in float64 with explicit probabilities, and its gradients, on
+    /// pair-major `[pairs, L, d]` buffers.
     fn reference(q: &[f32], k: &[f32], v: &[f32], g: &[f32], dims: Dims, scale: f32) -> [Vec<f64>; 4] {
-        let Dims { pairs, query_len: tl, source_len: sl, key_dim: dk, value_dim: dv } = dims;
+        let Dims { query_len: tl, source_len: sl, key_dim: dk, value_dim: dv, .. } = dims;
+        let pairs = dims.pairs();
         let (mut out, mut dq, mut dkk, mut dvv) =
             (vec![0.0; pairs * tl * dv], vec![0.0; pairs * tl * dk], vec![0.0; pairs * sl * dk], vec![0.0; pairs * sl * dv]);
         for p in 0..pairs {
@@ -514,33 +585,41 @@ mod tests {
     }
 
     #[test]
-    fn forward_and_backward_match_float64_attention() {
+    fn forward_and_backward_match_float64_attention_on_every_instruction_set() {
         // Lengths below, at and above a lane multiple; unequal query/key lengths; widths that pad
         // to 4, 8 and 16; the seed's shape.
         for (source_len, query_len, key_dim, value_dim) in
             [(7, 5, 4, 4), (16, 16, 2, 3), (37, 19, 5, 2), (20, 33, 3, 9), (9, 17, 16, 12), (136, 136, 4, 4)]
         {
-            let dims = Dims { pairs: 3, query_len, source_len, key_dim, value_dim };
-            let q = values(3 * query_len * key_dim, 1);
-            let k = values(3 * source_len * key_dim, 2);
-            let v = values(3 * source_len * value_dim, 3);
-            let g = values(3 * query_len * value_dim, 4);
+            let dims = Dims { batch: 2, heads: 3, query_len, source_len, key_dim, value_dim };
+            // Pair-major inputs for the reference, heads-last for the kernel.
+            let q = values(6 * query_len * key_dim, 1);
+            let k = values(6 * source_len * key_dim, 2);
+            let v = values(6 * source_len * value_dim, 3);
+            let g = values(6 * query_len * value_dim, 4);
             let scale = 1.0 / (key_dim as f32).sqrt();
-            let saved = forward(&q, &k, &v, dims, scale);
-            let grads = backward(&saved, &g);
+            let last = |x: &[f32], len: usize, width: usize| heads_last(x, dims, len, width);
+            let last64 = |x: &[f64], len: usize, width: usize| heads_last(x, dims, len, width);
             let [out, dq, dk, dv] = reference(&q, &k, &v, &g, dims, scale);
-            for (name, got, want) in
-                [("output", &saved.output, &out), ("dq", &grads.query, &dq), ("dk", &grads.key, &dk), ("dv", &grads.value, &dv)]
-            {
-                let error = max_error(got, want);
-                assert!(error < 4e-6, "{name} at {dims:?}: error {error}");
+            let (out, dq) = (last64(&out, query_len, value_dim), last64(&dq, query_len, key_dim));
+            let (dk, dv) = (last64(&dk, source_len, key_dim), last64(&dv, source_len, value_dim));
+            for isa in Isa::available() {
+                let (q, k, v) = (last(&q, query_len, key_dim), last(&k, source_len, key_dim), last(&v, source_len, value_dim));
+                let saved = forward_with(isa, &q, &k, &v, dims, scale);
+                let grads = backward_with(isa, &saved, &last(&g, query_len, value_dim));
+                for (name, got, want) in
+                    [("output", &saved.output, &out), ("dq", &grads.query, &dq), ("dk", &grads.key, &dk), ("dv", &grads.value, &dv)]
+                {
+                    let error = max_error(got, want);
+                    assert!(error < 4e-6, "{isa:?}: {name} at {dims:?}: error {error}");
+                }
             }
         }
     }
 
     #[test]
     fn widths_beyond_the_largest_are_refused() {
-        let dims = Dims { pairs: 1, query_len: 1, source_len: 1, key_dim: 129, value_dim: 4 };
+        let dims = Dims { batch: 1, heads: 1, query_len: 1, source_len: 1, key_dim: 129, value_dim: 4 };
         assert_eq!(dims.width(), None);
         assert_eq!(Dims { key_dim: 5, value_dim: 3, ..dims }.width(), Some(8));
     }

@@ -22,7 +22,8 @@ use super::kernel::{self, Dims};
 /// `softmax(scale · q kᵀ) v` as one backend operation.
 #[backend_extension(Flex, NdArray, Autodiff)]
 pub trait FusedAttentionBackend: Backend {
-    /// `query`: `[B, h, T, dk]`, `key`: `[B, h, S, dk]`, `value`: `[B, h, S, dv]`; returns `[B, h, T, dv]`.
+    /// `query`: `[B, T, h, dk]`, `key`: `[B, S, h, dk]`, `value`: `[B, S, h, dv]` (heads last, the
+    /// projections' layout); returns `[B, T, h, dv]`.
     fn fused_attention(
         query: FloatTensor<Self>,
         key: FloatTensor<Self>,
@@ -74,7 +75,7 @@ impl<B: Backend> Backward<B, 3> for FusedAttentionBackward {
     type State = Arc<Saved>;
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
-        let output_grad = grads.consume::<B>(&ops.node); // [B, h, T, dv]
+        let output_grad = grads.consume::<B>(&ops.node); // [B, T, h, dv]
         let device = output_grad.device();
         let (output_grad, _) = to_host::<B>(output_grad);
         let saved = &ops.state;
@@ -93,22 +94,22 @@ impl<B: Backend> Backward<B, 3> for FusedAttentionBackward {
 }
 
 /// Runs the kernel's forward pass on `B`'s tensors; returns what the backward pass needs and
-/// the output `[B, h, T, dv]`.
+/// the output `[B, T, h, dv]`.
 fn host_forward<B: Backend>(
-    query: FloatTensor<B>, // [B, h, T, dk]
-    key: FloatTensor<B>,   // [B, h, S, dk]
-    value: FloatTensor<B>, // [B, h, S, dv]
+    query: FloatTensor<B>, // [B, T, h, dk]
+    key: FloatTensor<B>,   // [B, S, h, dk]
+    value: FloatTensor<B>, // [B, S, h, dv]
     scale: f32,
 ) -> (Saved, FloatTensor<B>) {
     let device = query.device();
     let (query, query_shape) = to_host::<B>(query);
     let (key, key_shape) = to_host::<B>(key);
     let (value, value_shape) = to_host::<B>(value);
-    let [batch, heads, query_len, key_dim] = query_shape;
-    let [_, _, source_len, value_dim] = value_shape;
-    let dims = Dims { pairs: batch * heads, query_len, source_len, key_dim, value_dim };
+    let [batch, query_len, heads, key_dim] = query_shape;
+    let [_, source_len, _, value_dim] = value_shape;
+    let dims = Dims { batch, heads, query_len, source_len, key_dim, value_dim };
     let forward = kernel::forward(&query, &key, &value, dims, scale);
-    let output = TensorData::new(forward.output.clone(), [batch, heads, query_len, value_dim]);
+    let output = TensorData::new(forward.output.clone(), [batch, query_len, heads, value_dim]);
     (Saved { forward, key_shape, value_shape, query_shape }, B::float_from_data(output, &device))
 }
 
@@ -125,11 +126,11 @@ fn to_host<B: Backend>(tensor: FloatTensor<B>) -> (Vec<f32>, [usize; 4]) {
 pub fn supports(device: &burn::tensor::Device, key_dim: usize, value_dim: usize) -> bool {
     use burn::backend::DispatchDevice;
     let host_memory = matches!(device.clone().without_autodiff().as_dispatch(), DispatchDevice::Flex(_) | DispatchDevice::NdArray(_));
-    host_memory && Dims { pairs: 1, query_len: 1, source_len: 1, key_dim, value_dim }.width().is_some()
+    host_memory && Dims { batch: 1, heads: 1, query_len: 1, source_len: 1, key_dim, value_dim }.width().is_some()
 }
 
-/// `softmax(scale · q kᵀ) v` through the fused kernel: `[B, h, T, dk]`, `[B, h, S, dk]`,
-/// `[B, h, S, dv]` -> `[B, h, T, dv]`. Differentiable. Only for devices [`supports`] accepts.
+/// `softmax(scale · q kᵀ) v` per head through the fused kernel: `[B, T, h, dk]`, `[B, S, h, dk]`,
+/// `[B, S, h, dv]` -> `[B, T, h, dv]` (heads last). Differentiable. Only where [`supports`] says.
 pub fn fused_attention(query: Tensor<4>, key: Tensor<4>, value: Tensor<4>, scale: f32) -> Tensor<4> {
     let output = <Dispatch as FusedAttentionBackend>::fused_attention(
         query.into_dispatch(),
@@ -137,5 +138,5 @@ pub fn fused_attention(query: Tensor<4>, key: Tensor<4>, value: Tensor<4>, scale
         value.into_dispatch(),
         scale,
     );
-    Tensor::from_dispatch(output) // [B, h, T, dv]
+    Tensor::from_dispatch(output) // [B, T, h, dv]
 }
