@@ -76,7 +76,7 @@ impl<B: Backend> Backward<B, 3> for FusedAttentionBackward {
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
         let output_grad = grads.consume::<B>(&ops.node); // [B, T, h, dv]
-        let device = output_grad.device();
+        let (device, dtype) = (output_grad.device(), output_grad.dtype());
         let (output_grad, _) = to_host::<B>(output_grad);
         let saved = &ops.state;
         let kernel::Gradients { query, key, value } = kernel::backward(&saved.forward, &output_grad);
@@ -87,7 +87,8 @@ impl<B: Backend> Backward<B, 3> for FusedAttentionBackward {
             (value_node, value, saved.value_shape),
         ] {
             if let Some(node) = node {
-                grads.register::<B>(node.id, B::float_from_data(TensorData::new(grad, shape), &device));
+                let grad = TensorData::new(grad, shape).convert_dtype(dtype);
+                grads.register::<B>(node.id, B::float_from_data(grad, &device));
             }
         }
     }
@@ -101,7 +102,7 @@ fn host_forward<B: Backend>(
     value: FloatTensor<B>, // [B, S, h, dv]
     scale: f32,
 ) -> (Saved, FloatTensor<B>) {
-    let device = query.device();
+    let (device, dtype) = (query.device(), query.dtype());
     let (query, query_shape) = to_host::<B>(query);
     let (key, key_shape) = to_host::<B>(key);
     let (value, value_shape) = to_host::<B>(value);
@@ -109,11 +110,13 @@ fn host_forward<B: Backend>(
     let [_, source_len, _, value_dim] = value_shape;
     let dims = Dims { batch, heads, query_len, source_len, key_dim, value_dim };
     let forward = kernel::forward(&query, &key, &value, dims, scale);
-    let output = TensorData::new(forward.output.clone(), [batch, query_len, heads, value_dim]);
+    // The kernel computes in float32; the output keeps the input's precision.
+    let output = TensorData::new(forward.output.clone(), [batch, query_len, heads, value_dim]).convert_dtype(dtype);
     (Saved { forward, key_shape, value_shape, query_shape }, B::float_from_data(output, &device))
 }
 
-/// A rank-4 float tensor of a host-memory backend as float32 values and its shape.
+/// A rank-4 float tensor of a host-memory backend as float32 values (the kernel's precision)
+/// and its shape.
 fn to_host<B: Backend>(tensor: FloatTensor<B>) -> (Vec<f32>, [usize; 4]) {
     let shape: [usize; 4] = tensor.shape().dims();
     let data = pollster::block_on(B::float_into_data(tensor)).expect("a host-memory tensor can always be read");
