@@ -2,6 +2,8 @@
 //! path under burn-autodiff, on the CPU backends it runs on: outputs, and gradients with respect
 //! to every weight and every input, at shapes the training fixtures do not cover.
 
+mod common;
+
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Gradients;
 use burn::tensor::{Device, Tensor, TensorData};
@@ -9,16 +11,7 @@ use model::convert::keras_to_torch;
 use model::torch_mha::TorchMhaInput;
 use model::{Backend, HostTensor, KerasMhaConfig, KerasMhaInput, WeightMap};
 
-/// Deterministic values in [-1, 1) from a 64-bit LCG, independent of any backend's rng.
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
-}
+use common::values;
 
 fn input<const D: usize>(shape: [usize; D], seed: u64, device: &Device) -> Tensor<D> {
     Tensor::from_data(TensorData::new(values(shape.iter().product(), seed), shape), device).require_grad()
@@ -51,10 +44,15 @@ fn values_of<const D: usize>(t: Tensor<D>) -> Vec<f32> {
     t.into_data().convert::<f32>().try_into_vec::<f32>().unwrap()
 }
 
-/// `Σ output · probe` with a fixed random probe, so that every output element gets its own gradient.
-fn probe_loss(output: Tensor<3>, seed: u64) -> Tensor<1> {
-    let probe = Tensor::from_data(TensorData::new(values(output.shape().num_elements(), seed), output.dims()), &output.device());
-    (output * probe).sum()
+/// The output, then the gradients of `Σ output · probe` (a fixed random probe, so that every output
+/// element counts) with respect to every parameter of `module` and to each of `inputs`.
+fn output_and_gradients<M: Module>(module: &M, output: Tensor<3>, inputs: &[&Tensor<3>]) -> Vec<Vec<f32>> {
+    let probe = Tensor::from_data(TensorData::new(values(output.shape().num_elements(), 99), output.dims()), &output.device());
+    let grads = (output.clone() * probe).sum().backward();
+    let mut collect = CollectGrads { grads: &grads, found: vec![values_of(output)] };
+    module.visit(&mut collect);
+    collect.found.extend(inputs.iter().map(|input| values_of(input.grad(&grads).expect("the input takes part"))));
+    collect.found
 }
 
 /// The largest difference relative to the largest reference magnitude (at least 1). Weight and
@@ -94,12 +92,7 @@ fn keras_kernel_matches_the_exact_path_with_gradients() {
                 }
                 .unwrap()
                 .output;
-                let grads = probe_loss(output.clone(), 13).backward();
-                let mut collect = CollectGrads { grads: &grads, found: vec![values_of(output)] };
-                layer.visit(&mut collect);
-                collect.found.push(values_of(query.grad(&grads).unwrap()));
-                collect.found.push(values_of(value.grad(&grads).unwrap()));
-                collect.found
+                output_and_gradients(&layer, output, &[&query, &value])
             };
             let diff = max_scaled_diff(&run(false), &run(true));
             eprintln!("keras h={heads} k={key_dim} v={value_dim} T={query_len} S={source_len} on {device:?}: {diff:e}");
@@ -125,12 +118,7 @@ fn torch_kernel_matches_the_exact_path_with_gradients() {
             }
             .unwrap()
             .output;
-            let grads = probe_loss(output.clone(), 24).backward();
-            let mut collect = CollectGrads { grads: &grads, found: vec![values_of(output)] };
-            mha.visit(&mut collect);
-            collect.found.push(values_of(query.grad(&grads).unwrap()));
-            collect.found.push(values_of(key.grad(&grads).unwrap()));
-            collect.found
+            output_and_gradients(&mha, output, &[&query, &key])
         };
         let diff = max_scaled_diff(&run(false), &run(true));
         eprintln!("torch on {device:?}: {diff:e}");

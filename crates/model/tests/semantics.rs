@@ -1,25 +1,18 @@
 //! Semantics that the fixtures do not pin down on their own: mask polarity, defaults, errors,
 //! fully masked rows, causal masking, dropout and the exactness of weight conversion.
 
+mod common;
+
 use burn::tensor::{Bool, Device, Tensor, TensorData};
 use model::convert::{keras_to_projected, keras_to_torch, projected_to_keras, torch_to_keras};
 use model::projected::ProjectedInput;
 use model::torch_mha::{AttnWeights, TorchMhaInput};
 use model::{HostTensor, KerasMhaConfig, KerasMhaInput, ModelError, ProjectedConfig, WeightMap};
 
+use common::values;
+
 fn device() -> Device {
     Device::flex()
-}
-
-/// Deterministic values in [-1, 1) from a 64-bit LCG, independent of any backend's rng.
-fn values(n: usize, seed: u64) -> Vec<f32> {
-    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
 }
 
 fn tensor<const D: usize>(shape: [usize; D], seed: u64) -> Tensor<D> {
