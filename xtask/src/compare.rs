@@ -15,7 +15,8 @@ use crate::config_args::ConfigArgs;
 pub const LONG_ABOUT: &str = "\
 Train every model on every backend with several seeds, equal budgets and shared initial
 weights, and write reports/<name>/ (report.md with the table and the verdict, results.json,
-loss_curves.svg/png). Finished runs are reused, so an interrupted study resumes.
+loss_curves.svg/png). Finished runs are reused, so an interrupted study resumes; reuse matches
+configs, not code, so after changing the code pass --fresh to train every run again.
 
 The default budget is configs/default.toml with train.epochs = 2 (256 steps of batch 32).";
 
@@ -39,6 +40,9 @@ pub struct Args {
     /// Smoothed train loss that "steps to threshold" counts to (default: 2 x the Bayes floor).
     #[arg(long)]
     threshold: Option<f64>,
+    /// Train every run again instead of reusing finished ones (do this after changing the code).
+    #[arg(long)]
+    fresh: bool,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -70,6 +74,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         models: ModelKind::ALL.to_vec(),
         backends,
         seeds: (1..=seeds).collect(),
+        fresh: args.fresh,
     };
     let results = run_study(&study, &root.join("runs"), &train::paths::task_data_dir())?;
     let mut command = String::from("cargo xtask compare");

@@ -5,7 +5,8 @@
 //! `cargo xtask train`, on the same data, with equal step budgets. For each model and seed the
 //! initial weights are drawn once (on flex) and every backend starts from them, with the same
 //! host-generated batches, so the loss curves of one model on different backends are comparable
-//! step by step. Finished runs are reused, interrupted ones resumed.
+//! step by step. Finished runs are reused, interrupted ones resumed, unless the study is fresh:
+//! reuse matches configs, not the code that ran them.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -31,6 +32,9 @@ pub struct StudyConfig {
     pub seeds: Vec<u64>,
     /// The loss the "steps to threshold" column counts to (smoothed train loss).
     pub threshold: f64,
+    /// Train every run again instead of reusing finished (or resuming interrupted) ones: after a
+    /// change to the code, whose results a run with the same config would otherwise stand for.
+    pub fresh: bool,
 }
 
 /// One finished run of the matrix.
@@ -90,10 +94,15 @@ pub fn run_study(study: &StudyConfig, runs_dir: &Path, data_dir: &Path) -> Resul
                 config.train.seed = seed;
                 config.model.init_from = Some(init.clone());
                 config.validate().with_context(|| format!("run {}", config.name))?;
-                let summary = run_or_reuse(&config, runs_dir, data_dir)?;
+                let (summary, reused) = run_or_reuse(&config, runs_dir, data_dir, study.fresh)?;
                 println!(
-                    "[{index}/{total}] {}: valid {:.5} test {:.5}, {:.0} samples/s, {:.1}s",
-                    config.name, summary.valid_loss, summary.test_loss, summary.samples_per_second, summary.wall_seconds
+                    "[{index}/{total}] {}: valid {:.5} test {:.5}, {:.0} samples/s, {:.1}s{}",
+                    config.name,
+                    summary.valid_loss,
+                    summary.test_loss,
+                    summary.samples_per_second,
+                    summary.wall_seconds,
+                    if reused { " (reused: finished earlier with this config; --fresh trains it again)" } else { "" }
                 );
                 let losses = read_losses(&runs_dir.join(&config.name).join("steps.csv"))?;
                 results.push(RunResult { model, backend, seed, summary, losses });
@@ -118,16 +127,17 @@ fn initial_weights(study: &StudyConfig, model: ModelKind, seed: u64, dir: &Path)
     Ok(path)
 }
 
-/// A finished run with the same config is reused; an interrupted one resumes; anything else
-/// starts over.
-fn run_or_reuse(config: &RunConfig, runs_dir: &Path, data_dir: &Path) -> Result<Summary> {
+/// Unless `fresh`, a finished run with the same config is reused and an interrupted one resumes;
+/// anything else starts over. Returns the summary and whether it was reused.
+fn run_or_reuse(config: &RunConfig, runs_dir: &Path, data_dir: &Path, fresh: bool) -> Result<(Summary, bool)> {
     let dir = runs_dir.join(&config.name);
-    let same_config = std::fs::read_to_string(dir.join("config.toml")).is_ok_and(|saved| saved == config.to_toml());
+    let same_config = !fresh && std::fs::read_to_string(dir.join("config.toml")).is_ok_and(|saved| saved == config.to_toml());
     if same_config && let Ok(text) = std::fs::read_to_string(dir.join("summary.json")) {
-        return serde_json::from_str(&text).with_context(|| format!("{}/summary.json", dir.display()));
+        let summary = serde_json::from_str(&text).with_context(|| format!("{}/summary.json", dir.display()))?;
+        return Ok((summary, true));
     }
     let options = RunOptions { runs_dir: runs_dir.to_path_buf(), data_dir: data_dir.to_path_buf(), resume: same_config, stop_after: None, progress: false };
-    Ok(train(config, &options)?.expect("runs without stop_after finish"))
+    Ok((train(config, &options)?.expect("runs without stop_after finish"), false))
 }
 
 fn read_losses(path: &Path) -> Result<Vec<f64>> {

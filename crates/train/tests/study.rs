@@ -12,7 +12,7 @@ fn quick_study_writes_a_complete_report_with_finite_numbers() {
     std::fs::remove_dir_all(&root).ok();
     let base = RunConfig::load(Some(&train::paths::repo_root().join("configs/tiny.toml")), &["train.epochs=1".into()]).unwrap();
     let backends = Backend::for_checks().unwrap();
-    let study = StudyConfig { name: "quick".into(), threshold: 0.02, base, models: ModelKind::ALL.to_vec(), backends: backends.clone(), seeds: vec![1, 2] };
+    let study = StudyConfig { name: "quick".into(), threshold: 0.02, base, models: ModelKind::ALL.to_vec(), backends: backends.clone(), seeds: vec![1, 2], fresh: false };
     let results = run_study(&study, &root.join("runs"), &root.join("data")).unwrap();
     assert_eq!(results.runs.len(), 3 * backends.len() * 2);
     for run in &results.runs {
@@ -46,6 +46,12 @@ fn quick_study_writes_a_complete_report_with_finite_numbers() {
     let again = run_study(&study, &root.join("runs"), &root.join("data")).unwrap();
     for (a, b) in again.runs.iter().zip(&results.runs) {
         assert!((a.summary.wall_seconds - b.summary.wall_seconds).abs() <= 1e-12 * b.summary.wall_seconds, "{} was trained again", a.summary.name);
+    }
+    // A fresh study (after a code change) trains them again, same configs notwithstanding.
+    let fresh = StudyConfig { fresh: true, backends: vec![Backend::Flex], ..study.clone() };
+    for a in run_study(&fresh, &root.join("runs"), &root.join("data")).unwrap().runs {
+        let b = results.runs.iter().find(|b| (b.model, b.backend, b.seed) == (a.model, a.backend, a.seed)).unwrap();
+        assert_ne!(a.summary.wall_seconds, b.summary.wall_seconds, "{} was reused", a.summary.name);
     }
     std::fs::remove_dir_all(&root).ok();
 }
