@@ -148,6 +148,11 @@ impl Dims {
         WIDTHS.into_iter().find(|&w| w >= self.key_dim.max(self.value_dim))
     }
 
+    /// No pair, no query row or no key: nothing for the kernel to compute.
+    fn is_empty(&self) -> bool {
+        self.pairs() == 0 || self.query_len == 0 || self.source_len == 0
+    }
+
     /// (batch, head) pairs: the unit of work.
     fn pairs(&self) -> usize {
         self.batch * self.heads
@@ -213,6 +218,11 @@ fn forward_with(isa: Isa, query: &[f32], key: &[f32], value: &[f32], dims: Dims,
     let mut output_by_pair = vec![0.0; pairs * query_len * value_dim]; // [pairs, T, dv]
     let mut row_max = vec![0.0; pairs * padded_query_len]; // [pairs, T']
     let mut inv_row_sum = vec![0.0; pairs * padded_query_len]; // [pairs, T']
+    if dims.is_empty() {
+        // Nothing to attend with or to: an empty output, or zeros for rows without keys.
+        let output = output_by_pair.clone();
+        return Forward { dims, scale, scaled_query, key: key.to_vec(), value: value.to_vec(), output, output_by_pair, row_max, inv_row_sum };
+    }
 
     output_by_pair
         .par_chunks_mut(query_len * value_dim)
@@ -246,6 +256,9 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32]) -> Gradients {
     let mut query = vec![0.0; pairs * query_len * key_dim]; // [pairs, T, dk]
     let mut key = vec![0.0; pairs * source_len * key_dim]; // [pairs, S, dk]
     let mut value = vec![0.0; pairs * source_len * value_dim]; // [pairs, S, dv]
+    if dims.is_empty() {
+        return Gradients { query, key, value }; // the forward output was constant
+    }
     query
         .par_chunks_mut(query_len * key_dim)
         .zip(key.par_chunks_mut(source_len * key_dim))
@@ -614,6 +627,21 @@ mod tests {
                     assert!(error < 4e-6, "{isa:?}: {name} at {dims:?}: error {error}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn empty_shapes_give_right_sized_zeros() {
+        for (batch, query_len, source_len) in [(0, 3, 4), (2, 0, 4), (2, 3, 0)] {
+            let dims = Dims { batch, heads: 2, query_len, source_len, key_dim: 4, value_dim: 3 };
+            let q = vec![1.0; batch * 2 * query_len * 4];
+            let k = vec![1.0; batch * 2 * source_len * 4];
+            let v = vec![1.0; batch * 2 * source_len * 3];
+            let saved = forward(&q, &k, &v, dims, 0.5);
+            assert_eq!(saved.output, vec![0.0; batch * 2 * query_len * 3], "{dims:?}");
+            let grads = backward(&saved, &saved.output);
+            assert_eq!((grads.query.len(), grads.key.len(), grads.value.len()), (q.len(), k.len(), v.len()));
+            assert!(grads.query.iter().chain(&grads.key).chain(&grads.value).all(|&g| g == 0.0));
         }
     }
 
