@@ -34,7 +34,7 @@ pub enum FullyMaskedRows {
 pub enum AttentionPath {
     /// Explicit logits, masked softmax, two products ([`attend`]): every call can take it.
     Exact,
-    /// burn's fused `attention` op ([`fused_attention`]): inference only (it decomposes under
+    /// burn's fused `attention` op ([`burn_fused_attention`]): inference only (it decomposes under
     /// autodiff), boolean masks with zeroed fully masked rows, no probabilities, no dropout.
     BurnFused,
     /// This crate's fused kernel with its own backward pass ([`fused::fused_attention`]): the CPU
@@ -121,7 +121,7 @@ pub fn transpose_heads(x: Tensor<4>) -> Tensor<4> {
 ///
 /// The decomposed path ([`attend`]) stays the reference: tests check
 /// that both agree within the fixtures' 1e-5 (they differ by float32 reduction order, ~2e-6).
-pub fn fused_attention(
+pub fn burn_fused_attention(
     q: Tensor<4>,                      // [B, T, h, d]
     k: Tensor<4>,                      // [B, S, h, d]
     v: Tensor<4>,                      // [B, S, h, dv]
@@ -130,6 +130,14 @@ pub fn fused_attention(
     let options = AttentionModuleOptions { scale: None, softcap: None, is_causal: false };
     let (q, k, v) = (transpose_heads(q), transpose_heads(k), transpose_heads(v)); // [B, h, L, *]
     transpose_heads(attention(q, k, v, blocked, None, options)) // [B, T, h, dv]
+}
+
+/// The scaled logits `(scale · q) kᵀ` per head, for the decomposed path: `q` `[B, T, h, d]` and
+/// `k` `[B, S, h, d]` (heads last) -> `[B, h, T, S]`. Keras and torch both scale the query before
+/// the product, so the rounding matches theirs.
+pub fn scaled_logits(q: Tensor<4>, k: Tensor<4>, scale: f32) -> Tensor<4> {
+    let q = transpose_heads(q).mul_scalar(scale); // [B, h, T, d]
+    q.matmul(transpose_heads(k).swap_dims(2, 3)) // [B, h, T, S]
 }
 
 /// `P v` with `P = masked softmax(logits)`, for the decomposed (training) path.

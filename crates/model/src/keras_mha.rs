@@ -32,7 +32,7 @@ use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::{Bool, Device, Tensor};
 
-use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, fused_attention, merge_heads, split_heads, transpose_heads};
+use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, burn_fused_attention, merge_heads, scaled_logits, split_heads, transpose_heads};
 use crate::fused;
 use crate::dense::{keras_glorot_linear, linear, linear_weights};
 use crate::error::{ModelError, Result};
@@ -353,15 +353,14 @@ impl KerasMha {
         let blocked = blocked_pairs(input.attention_mask, input.use_causal_mask, [batch, h, query_len, source_len], &q.device());
         let (context, attention_scores) = match path {
             AttentionPath::Kernel => (fused::fused_attention(q, kk, v, scale), None), // [B, T, h, v]
-            AttentionPath::BurnFused => (fused_attention(q, kk, v, blocked), None), // [B, T, h, v]
+            AttentionPath::BurnFused => (burn_fused_attention(q, kk, v, blocked), None), // [B, T, h, v]
             AttentionPath::Exact => {
                 // Keras' explicit-softmax path (zeroed rows) runs when scores are returned or dropout is set.
                 let explicit_path = input.return_attention_scores || self.dropout > 0.0;
                 let rows = if explicit_path { FullyMaskedRows::Zero } else { FullyMaskedRows::Uniform };
-                let (q, kk, v) = (transpose_heads(q), transpose_heads(kk), transpose_heads(v)); // [B, h, L, *]
-                let logits = q.mul_scalar(scale).matmul(kk.swap_dims(2, 3)); // [B, h, T, S]
+                let logits = scaled_logits(q, kk, scale); // [B, h, T, S]
                 let dropout = if input.training { self.dropout } else { 0.0 };
-                let (context, probs) = attend(logits, v, blocked, rows, dropout, input.return_attention_scores); // [B, h, T, v], [B, h, T, S]
+                let (context, probs) = attend(logits, transpose_heads(v), blocked, rows, dropout, input.return_attention_scores); // [B, h, T, v], [B, h, T, S]
                 (transpose_heads(context), probs) // [B, T, h, v]
             }
         };

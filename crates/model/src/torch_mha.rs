@@ -27,7 +27,7 @@ use burn::module::Module;
 use burn::nn::{Initializer, Linear};
 use burn::tensor::{Bool, Device, Tensor};
 
-use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, dropout_probs, fused_attention, masked_softmax, merge_heads, split_heads, transpose_heads};
+use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, burn_fused_attention, dropout_probs, masked_softmax, merge_heads, scaled_logits, split_heads, transpose_heads};
 use crate::fused;
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
@@ -311,10 +311,10 @@ impl TorchMha {
         let dropout = if input.training { self.dropout } else { 0.0 };
         let (context, attn_weights) = match path {
             AttentionPath::Kernel => (fused::fused_attention(q, k, v, scale), None), // [B, T, h, E/h]
-            AttentionPath::BurnFused => (fused_attention(q, k, v, blocked), None), // [B, T, h, E/h]
+            AttentionPath::BurnFused => (burn_fused_attention(q, k, v, blocked), None), // [B, T, h, E/h]
             AttentionPath::Exact => {
-                let (q, k, v) = (transpose_heads(q), transpose_heads(k), transpose_heads(v)); // [B, h, L, E/h]
-                let logits = q.mul_scalar(scale).matmul(k.swap_dims(2, 3)); // [B, h, T, S]
+                let v = transpose_heads(v); // [B, h, S, E/h]
+                let logits = scaled_logits(q, k, scale); // [B, h, T, S]
                 let logits = match bias {
                     Some(bias) => logits + bias,
                     None => logits,

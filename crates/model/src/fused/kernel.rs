@@ -148,6 +148,12 @@ impl Dims {
         WIDTHS.into_iter().find(|&w| w >= self.key_dim.max(self.value_dim))
     }
 
+    /// `[B, T, h, dk]`, `[B, S, h, dk]` and `[B, S, h, dv]`: the query, key and value shapes.
+    pub fn shapes(&self) -> [[usize; 4]; 3] {
+        let Dims { batch, heads, query_len, source_len, key_dim, value_dim } = *self;
+        [[batch, query_len, heads, key_dim], [batch, source_len, heads, key_dim], [batch, source_len, heads, value_dim]]
+    }
+
     /// No pair, no query row or no key: nothing for the kernel to compute.
     fn is_empty(&self) -> bool {
         self.pairs() == 0 || self.query_len == 0 || self.source_len == 0
@@ -167,7 +173,7 @@ impl Dims {
     }
 }
 
-/// The forward pass's inputs and results: what the backward pass needs.
+/// What the forward pass leaves for the backward pass: its inputs and per-row statistics.
 #[derive(Debug, Clone)]
 pub struct Forward {
     pub dims: Dims,
@@ -178,9 +184,7 @@ pub struct Forward {
     key: Vec<f32>,
     /// `[B, S, h, dv]`
     value: Vec<f32>,
-    /// `[B, T, h, dv]`: the attention output.
-    pub output: Vec<f32>,
-    /// `[pairs, T, dv]`: the same, pair by pair.
+    /// `[pairs, T, dv]`: the attention output, pair by pair.
     output_by_pair: Vec<f32>,
     /// `[pairs, T']`: `m_t`, the row maximum of the scores.
     row_max: Vec<f32>,
@@ -200,12 +204,13 @@ pub struct Gradients {
 }
 
 /// `softmax(scale · q kᵀ) v` per (batch, head) pair. `query`: `[B, T, h, dk]`, `key`:
-/// `[B, S, h, dk]`, `value`: `[B, S, h, dv]`; `dims.width()` must not be `None`.
-pub fn forward(query: &[f32], key: &[f32], value: &[f32], dims: Dims, scale: f32) -> Forward {
+/// `[B, S, h, dk]`, `value`: `[B, S, h, dv]`; `dims.width()` must not be `None`. Returns the
+/// output `[B, T, h, dv]` and what the backward pass needs (the inputs are kept, not copied).
+pub fn forward(query: Vec<f32>, key: Vec<f32>, value: Vec<f32>, dims: Dims, scale: f32) -> (Vec<f32>, Forward) {
     forward_with(Isa::best(), query, key, value, dims, scale)
 }
 
-fn forward_with(isa: Isa, query: &[f32], key: &[f32], value: &[f32], dims: Dims, scale: f32) -> Forward {
+fn forward_with(isa: Isa, query: Vec<f32>, key: Vec<f32>, value: Vec<f32>, dims: Dims, scale: f32) -> (Vec<f32>, Forward) {
     let Dims { query_len, source_len, key_dim, value_dim, .. } = dims;
     let pairs = dims.pairs();
     assert_eq!(query.len(), pairs * query_len * key_dim, "query length");
@@ -213,7 +218,8 @@ fn forward_with(isa: Isa, query: &[f32], key: &[f32], value: &[f32], dims: Dims,
     assert_eq!(value.len(), pairs * source_len * value_dim, "value length");
     let width = dims.width().expect("feature widths within the kernel's largest width");
 
-    let scaled_query: Vec<f32> = query.iter().map(|x| x * scale).collect(); // [B, T, h, dk]
+    let mut scaled_query = query; // [B, T, h, dk]
+    scaled_query.iter_mut().for_each(|x| *x *= scale);
     let padded_query_len = dims.padded_query_len();
     let mut output_by_pair = vec![0.0; pairs * query_len * value_dim]; // [pairs, T, dv]
     let mut row_max = vec![0.0; pairs * padded_query_len]; // [pairs, T']
@@ -221,7 +227,7 @@ fn forward_with(isa: Isa, query: &[f32], key: &[f32], value: &[f32], dims: Dims,
     if dims.is_empty() {
         // Nothing to attend with or to: an empty output, or zeros for rows without keys.
         let output = output_by_pair.clone();
-        return Forward { dims, scale, scaled_query, key: key.to_vec(), value: value.to_vec(), output, output_by_pair, row_max, inv_row_sum };
+        return (output, Forward { dims, scale, scaled_query, key, value, output_by_pair, row_max, inv_row_sum });
     }
 
     output_by_pair
@@ -232,12 +238,12 @@ fn forward_with(isa: Isa, query: &[f32], key: &[f32], value: &[f32], dims: Dims,
         .for_each_init(
             || PairForward::scratch(dims, width),
             |pair, (index, ((output, row_max), inv_row_sum))| {
-                pair.pack(&scaled_query, key, value, index);
+                pair.pack(&scaled_query, &key, &value, index);
                 dispatch!(isa, width, forward_pair(pair, PairOutputs { output, row_max, inv_row_sum }));
             },
         );
     let output = heads_last(&output_by_pair, dims, query_len, value_dim); // [B, T, h, dv]
-    Forward { dims, scale, scaled_query, key: key.to_vec(), value: value.to_vec(), output, output_by_pair, row_max, inv_row_sum }
+    (output, Forward { dims, scale, scaled_query, key, value, output_by_pair, row_max, inv_row_sum })
 }
 
 /// The gradients of `Σ output · output_grad` with respect to the forward pass's query, key and
@@ -250,7 +256,7 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32]) -> Gradients {
     let dims = saved.dims;
     let Dims { query_len, source_len, key_dim, value_dim, .. } = dims;
     let pairs = dims.pairs();
-    assert_eq!(output_grad.len(), saved.output.len(), "output gradient length");
+    assert_eq!(output_grad.len(), saved.output_by_pair.len(), "output gradient length");
     let width = dims.width().expect("checked by forward");
 
     let mut query = vec![0.0; pairs * query_len * key_dim]; // [pairs, T, dk]
@@ -618,10 +624,10 @@ mod tests {
             let (dk, dv) = (last64(&dk, source_len, key_dim), last64(&dv, source_len, value_dim));
             for isa in Isa::available() {
                 let (q, k, v) = (last(&q, query_len, key_dim), last(&k, source_len, key_dim), last(&v, source_len, value_dim));
-                let saved = forward_with(isa, &q, &k, &v, dims, scale);
+                let (output, saved) = forward_with(isa, q, k, v, dims, scale);
                 let grads = backward_with(isa, &saved, &last(&g, query_len, value_dim));
                 for (name, got, want) in
-                    [("output", &saved.output, &out), ("dq", &grads.query, &dq), ("dk", &grads.key, &dk), ("dv", &grads.value, &dv)]
+                    [("output", &output, &out), ("dq", &grads.query, &dq), ("dk", &grads.key, &dk), ("dv", &grads.value, &dv)]
                 {
                     let error = max_error(got, want);
                     assert!(error < 4e-6, "{isa:?}: {name} at {dims:?}: error {error}");
@@ -637,9 +643,9 @@ mod tests {
             let q = vec![1.0; batch * 2 * query_len * 4];
             let k = vec![1.0; batch * 2 * source_len * 4];
             let v = vec![1.0; batch * 2 * source_len * 3];
-            let saved = forward(&q, &k, &v, dims, 0.5);
-            assert_eq!(saved.output, vec![0.0; batch * 2 * query_len * 3], "{dims:?}");
-            let grads = backward(&saved, &saved.output);
+            let (output, saved) = forward(q.clone(), k.clone(), v.clone(), dims, 0.5);
+            assert_eq!(output, vec![0.0; batch * 2 * query_len * 3], "{dims:?}");
+            let grads = backward(&saved, &output);
             assert_eq!((grads.query.len(), grads.key.len(), grads.value.len()), (q.len(), k.len(), v.len()));
             assert!(grads.query.iter().chain(&grads.key).chain(&grads.value).all(|&g| g == 0.0));
         }

@@ -5,7 +5,7 @@
 //! kernel's own instead of burn-autodiff's decomposition into a dozen passes over the
 //! `[B, h, T, S]` score tensor.
 
-#![allow(deprecated)] // NdArray: deprecated in burn 0.22, still one of this project's backends.
+#![allow(deprecated)] // NdArray (also in the macro's expansion): deprecated in burn 0.22, still one of this project's backends.
 
 use std::sync::Arc;
 
@@ -19,7 +19,8 @@ use burn::tensor::{Tensor, TensorData};
 
 use super::kernel::{self, Dims};
 
-/// `softmax(scale · q kᵀ) v` as one backend operation.
+/// `softmax(scale · q kᵀ) v` as one backend operation. The default body runs the kernel on the
+/// backend's host-memory tensors (flex, ndarray); `Autodiff<B, C>` adds the backward step.
 #[backend_extension(Flex, NdArray, Autodiff)]
 pub trait FusedAttentionBackend: Backend {
     /// `query`: `[B, T, h, dk]`, `key`: `[B, S, h, dk]`, `value`: `[B, S, h, dv]` (heads last, the
@@ -29,20 +30,14 @@ pub trait FusedAttentionBackend: Backend {
         key: FloatTensor<Self>,
         value: FloatTensor<Self>,
         scale: f32,
-    ) -> FloatTensor<Self>;
-}
-
-impl FusedAttentionBackend for Flex {
-    fn fused_attention(query: FloatTensor<Self>, key: FloatTensor<Self>, value: FloatTensor<Self>, scale: f32) -> FloatTensor<Self> {
-        host_forward::<Self>(query, key, value, scale).1
+    ) -> FloatTensor<Self> {
+        host_forward::<Self>(query, key, value, scale).0
     }
 }
 
-impl FusedAttentionBackend for NdArray {
-    fn fused_attention(query: FloatTensor<Self>, key: FloatTensor<Self>, value: FloatTensor<Self>, scale: f32) -> FloatTensor<Self> {
-        host_forward::<Self>(query, key, value, scale).1
-    }
-}
+impl FusedAttentionBackend for Flex {}
+
+impl FusedAttentionBackend for NdArray {}
 
 impl<B: Backend, C: CheckpointStrategy> FusedAttentionBackend for Autodiff<B, C> {
     fn fused_attention(query: FloatTensor<Self>, key: FloatTensor<Self>, value: FloatTensor<Self>, scale: f32) -> FloatTensor<Self> {
@@ -50,10 +45,10 @@ impl<B: Backend, C: CheckpointStrategy> FusedAttentionBackend for Autodiff<B, C>
         let (query, key, value) = (query.into_primitive(), key.into_primitive(), value.into_primitive());
         match FusedAttentionBackward.prepare::<C>(nodes).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let (saved, output) = host_forward::<B>(query, key, value, scale);
+                let (output, saved) = host_forward::<B>(query, key, value, scale);
                 prep.finish(Arc::new(saved), output)
             }
-            OpsKind::UnTracked(prep) => prep.finish(host_forward::<B>(query, key, value, scale).1),
+            OpsKind::UnTracked(prep) => prep.finish(host_forward::<B>(query, key, value, scale).0),
         }
     }
 }
@@ -62,30 +57,15 @@ impl<B: Backend, C: CheckpointStrategy> FusedAttentionBackend for Autodiff<B, C>
 #[derive(Debug)]
 struct FusedAttentionBackward;
 
-/// What the forward pass leaves for the backward pass.
-#[derive(Debug)]
-struct Saved {
-    forward: kernel::Forward,
-    key_shape: [usize; 4],
-    value_shape: [usize; 4],
-    query_shape: [usize; 4],
-}
-
 impl<B: Backend> Backward<B, 3> for FusedAttentionBackward {
-    type State = Arc<Saved>;
+    type State = Arc<kernel::Forward>;
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
         let output_grad = grads.consume::<B>(&ops.node); // [B, T, h, dv]
         let (device, dtype) = (output_grad.device(), output_grad.dtype());
         let (output_grad, _) = to_host::<B>(output_grad);
-        let saved = &ops.state;
-        let kernel::Gradients { query, key, value } = kernel::backward(&saved.forward, &output_grad);
-        let [query_node, key_node, value_node] = ops.parents;
-        for (node, grad, shape) in [
-            (query_node, query, saved.query_shape),
-            (key_node, key, saved.key_shape),
-            (value_node, value, saved.value_shape),
-        ] {
+        let kernel::Gradients { query, key, value } = kernel::backward(&ops.state, &output_grad);
+        for ((node, grad), shape) in ops.parents.into_iter().zip([query, key, value]).zip(ops.state.dims.shapes()) {
             if let Some(node) = node {
                 let grad = TensorData::new(grad, shape).convert_dtype(dtype);
                 grads.register::<B>(node.id, B::float_from_data(grad, &device));
@@ -94,25 +74,25 @@ impl<B: Backend> Backward<B, 3> for FusedAttentionBackward {
     }
 }
 
-/// Runs the kernel's forward pass on `B`'s tensors; returns what the backward pass needs and
-/// the output `[B, T, h, dv]`.
+/// Runs the kernel's forward pass on `B`'s tensors; returns the output `[B, T, h, dv]` and what
+/// the backward pass needs.
 fn host_forward<B: Backend>(
     query: FloatTensor<B>, // [B, T, h, dk]
     key: FloatTensor<B>,   // [B, S, h, dk]
     value: FloatTensor<B>, // [B, S, h, dv]
     scale: f32,
-) -> (Saved, FloatTensor<B>) {
+) -> (FloatTensor<B>, kernel::Forward) {
     let (device, dtype) = (query.device(), query.dtype());
     let (query, query_shape) = to_host::<B>(query);
-    let (key, key_shape) = to_host::<B>(key);
+    let (key, _) = to_host::<B>(key);
     let (value, value_shape) = to_host::<B>(value);
     let [batch, query_len, heads, key_dim] = query_shape;
     let [_, source_len, _, value_dim] = value_shape;
     let dims = Dims { batch, heads, query_len, source_len, key_dim, value_dim };
-    let forward = kernel::forward(&query, &key, &value, dims, scale);
+    let (output, saved) = kernel::forward(query, key, value, dims, scale);
     // The kernel computes in float32; the output keeps the input's precision.
-    let output = TensorData::new(forward.output.clone(), [batch, query_len, heads, value_dim]).convert_dtype(dtype);
-    (Saved { forward, key_shape, value_shape, query_shape }, B::float_from_data(output, &device))
+    let output = TensorData::new(output, [batch, query_len, heads, value_dim]).convert_dtype(dtype);
+    (B::float_from_data(output, &device), saved)
 }
 
 /// A rank-4 float tensor of a host-memory backend as float32 values (the kernel's precision)
@@ -120,7 +100,7 @@ fn host_forward<B: Backend>(
 fn to_host<B: Backend>(tensor: FloatTensor<B>) -> (Vec<f32>, [usize; 4]) {
     let shape: [usize; 4] = tensor.shape().dims();
     let data = pollster::block_on(B::float_into_data(tensor)).expect("a host-memory tensor can always be read");
-    let values = data.convert::<f32>().into_vec::<f32>().expect("converted to float32");
+    let values = data.convert::<f32>().try_into_vec::<f32>().expect("converted to float32");
     (values, shape)
 }
 
