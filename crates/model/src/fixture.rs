@@ -2,7 +2,7 @@
 //! load one, run this crate's module on a device, and compare every output with the library's.
 //!
 //! Kinds, told apart by `config.framework` (and `config.kind`):
-//! `keras_*` ([`KerasMha`]), `torch_*` ([`TorchMha`]), `projected_*` ([`ProjectedModel`]) and
+//! `keras_*` ([`KerasMha`](crate::KerasMha)), `torch_*` ([`TorchMha`](crate::TorchMha)), `projected_*` ([`ProjectedModel`](crate::ProjectedModel)) and
 //! `conversion_*` (the mappings of [`crate::convert`], checked tensor by tensor and by running the
 //! converted model against the source model's output).
 
