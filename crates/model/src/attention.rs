@@ -38,7 +38,7 @@ pub enum AttentionPath {
     /// autodiff), boolean masks with zeroed fully masked rows, no probabilities, no dropout.
     BurnFused,
     /// This crate's fused kernel with its own backward pass ([`fused::fused_attention`]): the CPU
-    /// backends, inference and training, no mask, no probabilities, no dropout.
+    /// backends, inference and training, boolean and causal masks, no probabilities, no dropout.
     Kernel,
 }
 
@@ -49,13 +49,10 @@ pub struct CallTraits {
     pub autodiff: bool,
     /// The call needs neither the probabilities nor dropout.
     pub plain: bool,
-    /// Some (query, key) pair is blocked.
-    pub masked: bool,
+    /// Every mask of the call is boolean (the kernel's kind); false for torch's float masks.
+    pub kernel_masks: bool,
     /// burn's fused op gives the call's masks their meaning.
     pub burn_masks_match: bool,
-    /// Per-head query/key and value widths.
-    pub key_dim: usize,
-    pub value_dim: usize,
 }
 
 impl AttentionPath {
@@ -63,7 +60,7 @@ impl AttentionPath {
     pub fn fastest(device: &Device, call: CallTraits) -> Self {
         match () {
             _ if !call.plain => Self::Exact,
-            _ if !call.masked && fused::supports(device, call.key_dim, call.value_dim) => Self::Kernel,
+            _ if call.kernel_masks && fused::supports(device) => Self::Kernel,
             _ if !call.autodiff && call.burn_masks_match => Self::BurnFused,
             _ => Self::Exact,
         }

@@ -33,7 +33,7 @@ use burn::nn::Linear;
 use burn::tensor::{Bool, Device, Tensor};
 
 use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, burn_fused_attention, merge_heads, scaled_logits, split_heads, transpose_heads};
-use crate::fused;
+use crate::fused::{self, BoolMask, FusedCall};
 use crate::dense::{keras_glorot_linear, linear, linear_weights};
 use crate::error::{ModelError, Result};
 use crate::weights::WeightMap;
@@ -316,20 +316,18 @@ impl KerasMha {
     /// The call `layer(query, value, key, attention_mask, use_causal_mask, training,
     /// return_attention_scores)`.
     ///
-    /// Takes the fastest [`AttentionPath`] that computes the call: on the CPU backends an unmasked
-    /// call without scores or active dropout runs the fused kernel (training included); other
-    /// inference without an attention mask, scores or dropout runs burn's fused op (with no
-    /// attention mask no row is fully masked, so its zeroed rows never show); everything else the
-    /// decomposed path of [`KerasMha::forward_exact`].
+    /// Takes the fastest [`AttentionPath`] that computes the call: on the CPU backends a call
+    /// without scores or active dropout runs the fused kernel, masks included (training too);
+    /// elsewhere inference without an attention mask, scores or dropout runs burn's fused op (with
+    /// no attention mask no row is fully masked, so its zeroed rows never show); everything else
+    /// the decomposed path of [`KerasMha::forward_exact`].
     pub fn forward(&self, input: KerasMhaInput) -> Result<KerasMhaOutput> {
         let dropout_active = input.training && self.dropout > 0.0;
         let call = CallTraits {
             autodiff: input.query.is_autodiff(),
             plain: !input.return_attention_scores && !dropout_active,
-            masked: input.attention_mask.is_some() || input.use_causal_mask,
+            kernel_masks: true,
             burn_masks_match: input.attention_mask.is_none(),
-            key_dim: self.key_dim,
-            value_dim: self.value_dim,
         };
         let path = AttentionPath::fastest(&input.query.device(), call);
         self.forward_path(input, path)
@@ -350,14 +348,19 @@ impl KerasMha {
         let v = split_heads(self.value.forward(input.value), h); // [B, S, h, v]
         // Keras rounds 1/sqrt(key_dim) to float32 before using it (0.5 for k = 4).
         let scale = (1.0 / (k as f64).sqrt()) as f32;
-        let blocked = blocked_pairs(input.attention_mask, input.use_causal_mask, [batch, h, query_len, source_len], &q.device());
+        let rows = self.fully_masked_rows(input.return_attention_scores);
         let (context, attention_scores) = match path {
-            AttentionPath::Kernel => (fused::fused_attention(q, kk, v, scale), None), // [B, T, h, v]
-            AttentionPath::BurnFused => (burn_fused_attention(q, kk, v, blocked), None), // [B, T, h, v]
+            AttentionPath::Kernel => {
+                let allowed = input.attention_mask.map(|mask| BoolMask::from_tensor(mask.unsqueeze_dim(1))); // [B, 1, T, S]
+                let call = FusedCall { scale, allowed, causal: input.use_causal_mask, rows };
+                (fused::fused_attention(q, kk, v, call), None) // [B, T, h, v]
+            }
+            AttentionPath::BurnFused => {
+                let blocked = blocked_pairs(input.attention_mask, input.use_causal_mask, [batch, h, query_len, source_len], &q.device());
+                (burn_fused_attention(q, kk, v, blocked), None) // [B, T, h, v]
+            }
             AttentionPath::Exact => {
-                // Keras' explicit-softmax path (zeroed rows) runs when scores are returned or dropout is set.
-                let explicit_path = input.return_attention_scores || self.dropout > 0.0;
-                let rows = if explicit_path { FullyMaskedRows::Zero } else { FullyMaskedRows::Uniform };
+                let blocked = blocked_pairs(input.attention_mask, input.use_causal_mask, [batch, h, query_len, source_len], &q.device());
                 let logits = scaled_logits(q, kk, scale); // [B, h, T, S]
                 let dropout = if input.training { self.dropout } else { 0.0 };
                 let (context, probs) = attend(logits, transpose_heads(v), blocked, rows, dropout, input.return_attention_scores); // [B, h, T, v], [B, h, T, S]
@@ -366,6 +369,13 @@ impl KerasMha {
         };
         let output = self.output.forward(merge_heads(context)); // [B, T, O]
         Ok(KerasMhaOutput { output, attention_scores })
+    }
+
+    /// What a query row with no allowed key attends to: Keras' explicit-softmax path (zeroed rows)
+    /// runs when the scores are returned or the layer has dropout, its fused path (uniform rows)
+    /// otherwise.
+    fn fully_masked_rows(&self, return_attention_scores: bool) -> FullyMaskedRows {
+        if return_attention_scores || self.dropout > 0.0 { FullyMaskedRows::Zero } else { FullyMaskedRows::Uniform }
     }
 
     /// Checks every input against the layer's widths and each other; returns `(B, T, S)`.

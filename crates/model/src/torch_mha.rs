@@ -28,7 +28,7 @@ use burn::nn::{Initializer, Linear};
 use burn::tensor::{Bool, Device, Tensor};
 
 use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, burn_fused_attention, dropout_probs, masked_softmax, merge_heads, scaled_logits, split_heads, transpose_heads};
-use crate::fused;
+use crate::fused::{self, BoolMask, FusedCall};
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
 use crate::weights::{HostTensor, WeightMap};
@@ -270,21 +270,19 @@ impl TorchMha {
     /// The call `mha(query, key, value, key_padding_mask, need_weights, attn_mask,
     /// average_attn_weights)`.
     ///
-    /// Takes the fastest [`AttentionPath`] that computes the call: on the CPU backends an unmasked
-    /// call without weights or active dropout runs the fused kernel (training included); other
-    /// inference without weights, float masks or dropout runs burn's fused op (which, like torch,
+    /// Takes the fastest [`AttentionPath`] that computes the call: on the CPU backends a call
+    /// without weights, float masks or active dropout runs the fused kernel (boolean masks and
+    /// training included); elsewhere such inference runs burn's fused op (which, like torch,
     /// gives fully blocked rows zero attention); everything else the decomposed path of
     /// [`TorchMha::forward_exact`].
     pub fn forward(&self, input: TorchMhaInput) -> Result<TorchMhaOutput> {
-        let head_dim = self.embed_dim() / self.num_heads;
         let dropout_active = input.training && self.dropout > 0.0;
+        let boolean_masks = !matches!(input.attn_mask, Some(AttnMask::Additive(_)));
         let call = CallTraits {
             autodiff: input.query.is_autodiff(),
             plain: !input.need_weights && !dropout_active,
-            masked: input.key_padding_mask.is_some() || input.attn_mask.is_some(),
-            burn_masks_match: !matches!(input.attn_mask, Some(AttnMask::Additive(_))),
-            key_dim: head_dim,
-            value_dim: head_dim,
+            kernel_masks: boolean_masks,
+            burn_masks_match: boolean_masks,
         };
         let path = AttentionPath::fastest(&input.query.device(), call);
         self.forward_path(input, path)
@@ -307,12 +305,20 @@ impl TorchMha {
         let v = split_heads(self.value.forward(value), h); // [B, S, h, E/h]
         // torch scales q by sqrt(1 / head_dim) before the product.
         let scale = (1.0 / (e / h) as f64).sqrt() as f32;
-        let (blocked, bias) = blocked_and_bias(input.key_padding_mask, input.attn_mask, [batch, h, query_len, source_len])?;
-        let dropout = if input.training { self.dropout } else { 0.0 };
+        let shape = [batch, h, query_len, source_len];
         let (context, attn_weights) = match path {
-            AttentionPath::Kernel => (fused::fused_attention(q, k, v, scale), None), // [B, T, h, E/h]
-            AttentionPath::BurnFused => (burn_fused_attention(q, k, v, blocked), None), // [B, T, h, E/h]
+            AttentionPath::Kernel => {
+                let allowed = allowed_pairs(input.key_padding_mask, input.attn_mask, shape)?;
+                let call = FusedCall { scale, allowed: allowed.map(BoolMask::from_tensor), causal: false, rows: FullyMaskedRows::Zero };
+                (fused::fused_attention(q, k, v, call), None) // [B, T, h, E/h]
+            }
+            AttentionPath::BurnFused => {
+                let (blocked, _) = blocked_and_bias(input.key_padding_mask, input.attn_mask, shape)?;
+                (burn_fused_attention(q, k, v, blocked), None) // [B, T, h, E/h]
+            }
             AttentionPath::Exact => {
+                let (blocked, bias) = blocked_and_bias(input.key_padding_mask, input.attn_mask, shape)?;
+                let dropout = if input.training { self.dropout } else { 0.0 };
                 let v = transpose_heads(v); // [B, h, S, E/h]
                 let logits = scaled_logits(q, k, scale); // [B, h, T, S]
                 let logits = match bias {
@@ -424,17 +430,58 @@ fn blocked_and_bias(
     Ok((blocked, bias))
 }
 
-/// Broadcasts a `[1 | B*h, T, S]` mask to `[B, h, T, S]`.
-fn per_head<K: burn::tensor::kind::Basic>(mask: Tensor<3, K>, [batch, heads, query_len, source_len]: [usize; 4]) -> Result<Tensor<4, K>> {
-    let [n, t, s] = mask.dims();
-    if (t, s) != (query_len, source_len) || !(n == 1 || n == batch * heads) {
-        return Err(ModelError::InputShape {
+/// torch's boolean masks as the allowed pairs (true = may attend), `[B|1, h|1, T|1, S]`, for the
+/// fused kernel: `!key_padding_mask` `[B, 1, 1, S]` AND `!attn_mask` `[1, 1, T, S]` or `[B, h, T, S]`;
+/// `None` without masks. Float masks are not taken here.
+fn allowed_pairs(
+    key_padding_mask: Option<Tensor<2, Bool>>, // [B, S], true = ignore
+    attn_mask: Option<AttnMask>,
+    shape: [usize; 4],
+) -> Result<Option<Tensor<4, Bool>>> {
+    let [batch, heads, query_len, source_len] = shape;
+    let from_padding = match key_padding_mask {
+        Some(padding) => {
+            check_dims("key_padding_mask", &padding.dims(), &[batch, source_len])?;
+            Some(padding.bool_not().reshape([batch, 1, 1, source_len])) // [B, 1, 1, S]
+        }
+        None => None,
+    };
+    let from_attn = match attn_mask {
+        Some(AttnMask::Bool(mask)) => {
+            check_attn_mask(&mask.dims(), shape)?;
+            let [n, _, _] = mask.dims();
+            let mask = mask.bool_not();
+            Some(if n == 1 { mask.unsqueeze::<4>() } else { mask.reshape([batch, heads, query_len, source_len]) }) // [1|B, 1|h, T, S]
+        }
+        Some(AttnMask::Additive(_)) => unreachable!("float masks take the exact path"),
+        None => None,
+    };
+    Ok(match (from_padding, from_attn) {
+        (Some(padding), Some(attn)) => {
+            let [_, mask_heads, _, _] = attn.dims();
+            let both = [batch, mask_heads, query_len, source_len];
+            Some(padding.expand(both).bool_and(attn.expand(both))) // [B, h|1, T, S]
+        }
+        (padding, attn) => padding.or(attn),
+    })
+}
+
+/// Checks a `[1 | B*h, T, S]` mask's shape.
+fn check_attn_mask(found: &[usize], [batch, heads, query_len, source_len]: [usize; 4]) -> Result<()> {
+    match *found {
+        [n, t, s] if (t, s) == (query_len, source_len) && (n == 1 || n == batch * heads) => Ok(()),
+        _ => Err(ModelError::InputShape {
             input: "attn_mask",
             expected: format!("[{query_len}, {source_len}], [1, {query_len}, {source_len}] or [{}, {query_len}, {source_len}]", batch * heads),
-            found: vec![n, t, s],
-        });
+            found: found.to_vec(),
+        }),
     }
-    Ok(if n == 1 {
+}
+
+/// Broadcasts a `[1 | B*h, T, S]` mask to `[B, h, T, S]`.
+fn per_head<K: burn::tensor::kind::Basic>(mask: Tensor<3, K>, [batch, heads, query_len, source_len]: [usize; 4]) -> Result<Tensor<4, K>> {
+    check_attn_mask(&mask.dims(), [batch, heads, query_len, source_len])?;
+    Ok(if mask.dims()[0] == 1 {
         mask.unsqueeze::<4>().expand([batch, heads, query_len, source_len])
     } else {
         mask.reshape([batch, heads, query_len, source_len])

@@ -1,43 +1,48 @@
-//! Fused scaled dot-product attention on host memory: forward and backward, one (batch, head)
-//! pair at a time, never materialising the `[B, h, T, S]` score tensor.
+//! Fused scaled dot-product attention on host memory: forward and backward, never
+//! materialising the `[B, h, T, S]` score tensor, for any head width and any boolean mask.
 //!
-//! For one pair, with `q̃ = scale · q` (the query is scaled before the product, as Keras and
-//! torch do), query row `t` of the forward pass is
+//! For one (batch, head) pair, with `q̃ = scale · q` (the query is scaled before the product, as
+//! Keras and torch do) and `A_t` the keys query row `t` may attend ([`Mask`]), the forward pass is
 //!
 //! ```text
-//! s_j = q̃_t · k_j        m_t = max_j s_j        l_t = Σ_j exp(s_j - m_t)
-//! p_j = exp(s_j - m_t) / l_t                      o_t = Σ_j p_j v_j
+//! s_j = q̃_t · k_j  (j ∈ A_t)     m_t = max_j s_j     l_t = Σ_j exp(s_j - m_t)
+//! p_j = exp(s_j - m_t) / l_t     (0 for j ∉ A_t)      o_t = Σ_j p_j v_j
 //! ```
 //!
-//! and the backward pass recomputes `p_j` from the saved `m_t` and `1 / l_t`, then
+//! computed tile by tile with FlashAttention-2's online softmax (a running `m_t`, and `l_t` and
+//! `o_t` rescaled whenever it grows), and the backward pass recomputes `p_j` from the saved `m_t`
+//! and `1 / l_t`, then
 //!
 //! ```text
 //! dp_j = dO_t · v_j       D_t = dO_t · o_t       ds_j = p_j (dp_j - D_t)
 //! dv_j = Σ_t p_j dO_t     dk_j = Σ_t ds_j q̃_t    dq_t = scale · Σ_j ds_j k_j
 //! ```
 //!
-//! FlashAttention-2's algorithm, vectorised for a CPU: [`LANES`] rows share one vector register.
-//! The forward pass and `dq` put 16 query rows in the lanes and walk the keys; `dk` and `dv` put
-//! 16 keys in the lanes and walk the queries. Every sum then runs inside a lane and no step needs
-//! a horizontal reduction. Feature widths are zero-padded to one of [`WIDTHS`] so that the
-//! per-feature loops have a compile-time length and their accumulators stay in registers.
+//! A row with no allowed key has `p = 0` (its output is zero, [`FullyMaskedRows::Zero`]), or,
+//! with [`FullyMaskedRows::Uniform`], attends every key with weight `1 / S` and passes no gradient
+//! to `q` or `k` (its logits are one constant, as in Keras).
 //!
-//! Tensors come and go in the projections' own layout, `[B, L, h, d]` (heads last), so that no
-//! transpose to `[B, h, L, d]` is materialised around the kernel. Pairs run in parallel on rayon's pool. The kernels are compiled for AVX-512, AVX2 + FMA and
-//! the baseline, and the best one the CPU has is picked at run time.
+//! The layout puts 16 rows in the lanes of one vector ([`tile`]): query rows for the forward pass
+//! and `dq`, keys for `dk` and `dv`. Every sum then runs inside a lane, no step needs a horizontal
+//! reduction, and the two register-blocked products of [`tile`] run at the FMA units' rate for
+//! any feature width. The work is split into tiles of 16 rows (or keys) over every (batch, head)
+//! pair and run on rayon's pool; tiles the mask blocks entirely are skipped (half of a causal
+//! call). Tensors come and go in the projections' own layout, `[B, L, h, d]` (heads last), so no
+//! transpose is materialised around the kernel. The kernels are compiled for AVX-512, AVX2 + FMA
+//! and the baseline, and the best one the CPU has is picked at run time.
 
 use rayon::prelude::*;
 
-use super::exp::{exp_nonpositive, madd};
+use super::exp::exp_nonpositive;
+use super::mask::{FULL, KeyBlock, Mask, RowBlock};
+use super::tile::{Lanes, lane_accumulate, lane_dots, lanes};
+use crate::attention::FullyMaskedRows;
 
 /// Rows per vector: 16 float32 fill one AVX-512 register (two AVX2 registers).
 pub const LANES: usize = 16;
 
-/// The feature widths the kernel is compiled for; `key_dim` and `value_dim` are zero-padded to
-/// the smallest one that holds both.
-pub const WIDTHS: [usize; 6] = [4, 8, 16, 32, 64, 128];
-
-type Lanes = [f32; LANES];
+/// Keys (or query rows) per step of a tile's walk: the scores of one step stay in L1.
+const STEP: usize = 128;
 
 /// An instruction set the kernels are compiled for. Only [`Isa::available`] makes values other
 /// than `Baseline`, so holding one means the CPU runs it.
@@ -76,59 +81,49 @@ impl Isa {
     }
 }
 
-/// Calls `$f::<$W, FMA>(args)` with `$W` the padded width, compiled for `$isa`.
+/// Calls `$f::<NR, FMA>(args)` compiled for `$isa`, with `NR` accumulator vectors: as many as
+/// the instruction set's registers hold beside the operands.
 macro_rules! dispatch {
-    ($isa:expr, $width:expr, $f:ident($($arg:expr),*)) => {
-        match $width {
-            4 => dispatch!(@isa $isa, 4, $f($($arg),*)),
-            8 => dispatch!(@isa $isa, 8, $f($($arg),*)),
-            16 => dispatch!(@isa $isa, 16, $f($($arg),*)),
-            32 => dispatch!(@isa $isa, 32, $f($($arg),*)),
-            64 => dispatch!(@isa $isa, 64, $f($($arg),*)),
-            128 => dispatch!(@isa $isa, 128, $f($($arg),*)),
-            width => unreachable!("width {width} is not one of {WIDTHS:?}"),
-        }
-    };
-    (@isa $isa:expr, $w:literal, $f:ident($($arg:expr),*)) => {
+    ($isa:expr, $f:ident($($arg:expr),*)) => {
         match $isa {
-            Isa::Baseline => $f::<$w, false>($($arg),*),
+            Isa::Baseline => $f::<2, false>($($arg),*),
             // SAFETY: an `Isa` other than `Baseline` comes from `Isa::available`, so the CPU
             // supports the features the function is compiled for.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2Fma => unsafe { simd::avx2::$f::<$w>($($arg),*) },
+            Isa::Avx2Fma => unsafe { simd::avx2::$f($($arg),*) },
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => unsafe { simd::avx512::$f::<$w>($($arg),*) },
+            Isa::Avx512 => unsafe { simd::avx512::$f($($arg),*) },
         }
     };
 }
 
-/// The kernels compiled with wider instruction sets enabled.
+/// The tile functions compiled with wider instruction sets enabled.
 #[cfg(target_arch = "x86_64")]
 mod simd {
     macro_rules! variant {
-        ($name:ident, $features:literal) => {
+        ($name:ident, $features:literal, $nr:literal) => {
             pub mod $name {
                 use super::super::*;
 
                 #[target_feature(enable = $features)]
-                pub unsafe fn forward_pair<const W: usize>(pair: &mut PairForward, out: PairOutputs) {
-                    super::super::forward_pair::<W, true>(pair, out)
+                pub unsafe fn forward_tile(job: ForwardTile, scratch: &mut Scratch) {
+                    super::super::forward_tile::<$nr, true>(job, scratch)
                 }
 
                 #[target_feature(enable = $features)]
-                pub unsafe fn key_value_grads<const W: usize>(pair: &PairBackward, key: &mut [f32], value: &mut [f32]) {
-                    super::super::key_value_grads::<W, true>(pair, key, value)
+                pub unsafe fn key_value_tile(job: KeyValueTile, scratch: &mut Scratch) {
+                    super::super::key_value_tile::<$nr, true>(job, scratch)
                 }
 
                 #[target_feature(enable = $features)]
-                pub unsafe fn query_grads<const W: usize>(pair: &PairBackward, query: &mut [f32]) {
-                    super::super::query_grads::<W, true>(pair, query)
+                pub unsafe fn query_tile(job: QueryTile, scratch: &mut Scratch) {
+                    super::super::query_tile::<$nr, true>(job, scratch)
                 }
             }
         };
     }
-    variant!(avx512, "avx512f,avx2,fma");
-    variant!(avx2, "avx2,fma");
+    variant!(avx512, "avx512f,avx2,fma", 8);
+    variant!(avx2, "avx2,fma", 4);
 }
 
 /// The sizes of one call.
@@ -143,11 +138,6 @@ pub struct Dims {
 }
 
 impl Dims {
-    /// The padded feature width, `None` when a width exceeds the largest of [`WIDTHS`].
-    pub fn width(&self) -> Option<usize> {
-        WIDTHS.into_iter().find(|&w| w >= self.key_dim.max(self.value_dim))
-    }
-
     /// `[B, T, h, dk]`, `[B, S, h, dk]` and `[B, S, h, dv]`: the query, key and value shapes.
     pub fn shapes(&self) -> [[usize; 4]; 3] {
         let Dims { batch, heads, query_len, source_len, key_dim, value_dim } = *self;
@@ -159,36 +149,56 @@ impl Dims {
         self.pairs() == 0 || self.query_len == 0 || self.source_len == 0
     }
 
-    /// (batch, head) pairs: the unit of work.
-    fn pairs(&self) -> usize {
+    /// (batch, head) pairs.
+    pub(crate) fn pairs(&self) -> usize {
         self.batch * self.heads
     }
 
-    fn padded_query_len(&self) -> usize {
-        self.query_len.next_multiple_of(LANES)
+    /// Tiles of 16 query rows, and of 16 keys.
+    pub(crate) fn row_blocks(&self) -> usize {
+        self.query_len.div_ceil(LANES)
     }
 
-    fn padded_source_len(&self) -> usize {
-        self.source_len.next_multiple_of(LANES)
+    pub(crate) fn key_blocks(&self) -> usize {
+        self.source_len.div_ceil(LANES)
+    }
+
+    pub(crate) fn padded_query_len(&self) -> usize {
+        self.row_blocks() * LANES
+    }
+
+    pub(crate) fn padded_source_len(&self) -> usize {
+        self.key_blocks() * LANES
+    }
+
+    /// The query/key and value widths, zero-padded to a multiple of 4 (the products' step).
+    fn key_width(&self) -> usize {
+        self.key_dim.next_multiple_of(4)
+    }
+
+    fn value_width(&self) -> usize {
+        self.value_dim.next_multiple_of(4)
     }
 }
 
-/// What the forward pass leaves for the backward pass: its inputs and per-row statistics.
+/// What the forward pass leaves for the backward pass: its inputs in the kernel's layouts and
+/// per-row statistics.
 #[derive(Debug, Clone)]
 pub struct Forward {
     pub dims: Dims,
     pub scale: f32,
-    /// `[B, T, h, dk]`, the query already multiplied by `scale`.
-    scaled_query: Vec<f32>,
-    /// `[B, S, h, dk]`
-    key: Vec<f32>,
-    /// `[B, S, h, dv]`
-    value: Vec<f32>,
-    /// `[pairs, T, dv]`: the attention output, pair by pair.
-    output_by_pair: Vec<f32>,
-    /// `[pairs, T']`: `m_t`, the row maximum of the scores.
+    mask: Mask,
+    /// `[pairs, Tb, Wk]` lanes: the scaled query, 16 rows to a vector.
+    query_t: Vec<Lanes>,
+    /// `[pairs, S', Wk]`
+    key_rows: Vec<f32>,
+    /// `[pairs, S', Wv]`
+    value_rows: Vec<f32>,
+    /// `[pairs, T', Wv]`: the attention output.
+    output: Vec<f32>,
+    /// `[pairs, T']`: `m_t` (0 for a row without keys).
     row_max: Vec<f32>,
-    /// `[pairs, T']`: `1 / l_t`, the inverse softmax denominator.
+    /// `[pairs, T']`: `1 / l_t` (0 for a row without keys).
     inv_row_sum: Vec<f32>,
 }
 
@@ -203,47 +213,63 @@ pub struct Gradients {
     pub value: Vec<f32>,
 }
 
-/// `softmax(scale · q kᵀ) v` per (batch, head) pair. `query`: `[B, T, h, dk]`, `key`:
-/// `[B, S, h, dk]`, `value`: `[B, S, h, dv]`; `dims.width()` must not be `None`. Returns the
-/// output `[B, T, h, dv]` and what the backward pass needs (the inputs are kept, not copied).
-pub fn forward(query: Vec<f32>, key: Vec<f32>, value: Vec<f32>, dims: Dims, scale: f32) -> (Vec<f32>, Forward) {
-    forward_with(Isa::best(), query, key, value, dims, scale)
+/// `softmax(scale · q kᵀ, mask) v` per (batch, head) pair. `query`: `[B, T, h, dk]`, `key`:
+/// `[B, S, h, dk]`, `value`: `[B, S, h, dv]`. Returns the output `[B, T, h, dv]` and what the
+/// backward pass needs.
+pub fn forward(query: Vec<f32>, key: Vec<f32>, value: Vec<f32>, dims: Dims, scale: f32, mask: Mask) -> (Vec<f32>, Forward) {
+    forward_with(Isa::best(), query, key, value, dims, scale, mask)
 }
 
-fn forward_with(isa: Isa, query: Vec<f32>, key: Vec<f32>, value: Vec<f32>, dims: Dims, scale: f32) -> (Vec<f32>, Forward) {
+fn forward_with(isa: Isa, query: Vec<f32>, key: Vec<f32>, value: Vec<f32>, dims: Dims, scale: f32, mask: Mask) -> (Vec<f32>, Forward) {
     let Dims { query_len, source_len, key_dim, value_dim, .. } = dims;
     let pairs = dims.pairs();
     assert_eq!(query.len(), pairs * query_len * key_dim, "query length");
     assert_eq!(key.len(), pairs * source_len * key_dim, "key length");
     assert_eq!(value.len(), pairs * source_len * value_dim, "value length");
-    let width = dims.width().expect("feature widths within the kernel's largest width");
+    let (wk, wv, row_blocks) = (dims.key_width(), dims.value_width(), dims.row_blocks());
+    let (padded_t, padded_s) = (dims.padded_query_len(), dims.padded_source_len());
 
-    let mut scaled_query = query; // [B, T, h, dk]
-    scaled_query.iter_mut().for_each(|x| *x *= scale);
-    let padded_query_len = dims.padded_query_len();
-    let mut output_by_pair = vec![0.0; pairs * query_len * value_dim]; // [pairs, T, dv]
-    let mut row_max = vec![0.0; pairs * padded_query_len]; // [pairs, T']
-    let mut inv_row_sum = vec![0.0; pairs * padded_query_len]; // [pairs, T']
-    if dims.is_empty() {
-        // Nothing to attend with or to: an empty output, or zeros for rows without keys.
-        let output = output_by_pair.clone();
-        return (output, Forward { dims, scale, scaled_query, key, value, output_by_pair, row_max, inv_row_sum });
+    let mut query_t = vec![[0.0; LANES]; pairs * row_blocks * wk];
+    pack_lanes(&query, dims, query_len, key_dim, wk, &mut query_t, scale);
+    drop(query);
+    let mut key_rows = vec![0.0; pairs * padded_s * wk];
+    pack_rows(&key, dims, source_len, key_dim, padded_s, wk, &mut key_rows);
+    drop(key);
+    let mut value_rows = vec![0.0; pairs * padded_s * wv];
+    pack_rows(&value, dims, source_len, value_dim, padded_s, wv, &mut value_rows);
+    drop(value);
+
+    let mut output = vec![0.0; pairs * padded_t * wv];
+    let mut row_max = vec![0.0; pairs * padded_t];
+    let mut inv_row_sum = vec![0.0; pairs * padded_t];
+    if !dims.is_empty() {
+        output
+            .par_chunks_mut(LANES * wv)
+            .zip(row_max.par_chunks_mut(LANES))
+            .zip(inv_row_sum.par_chunks_mut(LANES))
+            .enumerate()
+            .with_min_len(4)
+            .for_each_init(
+                || Scratch::new(dims),
+                |scratch, (tile, ((output, row_max), inv_row_sum))| {
+                    let (pair, block) = (tile / row_blocks, tile % row_blocks);
+                    let job = ForwardTile {
+                        query_t: &query_t[tile * wk..][..wk],
+                        key_rows: &key_rows[pair * padded_s * wk..][..padded_s * wk],
+                        value_rows: &value_rows[pair * padded_s * wv..][..padded_s * wv],
+                        mask: mask.row_block(&dims, pair, block),
+                        rows: mask.rows,
+                        source_len,
+                        output,
+                        row_max,
+                        inv_row_sum,
+                    };
+                    dispatch!(isa, forward_tile(job, scratch));
+                },
+            );
     }
-
-    output_by_pair
-        .par_chunks_mut(query_len * value_dim)
-        .zip(row_max.par_chunks_mut(padded_query_len))
-        .zip(inv_row_sum.par_chunks_mut(padded_query_len))
-        .enumerate()
-        .for_each_init(
-            || PairForward::scratch(dims, width),
-            |pair, (index, ((output, row_max), inv_row_sum))| {
-                pair.pack(&scaled_query, &key, &value, index);
-                dispatch!(isa, width, forward_pair(pair, PairOutputs { output, row_max, inv_row_sum }));
-            },
-        );
-    let output = heads_last(&output_by_pair, dims, query_len, value_dim); // [B, T, h, dv]
-    (output, Forward { dims, scale, scaled_query, key, value, output_by_pair, row_max, inv_row_sum })
+    let result = heads_last(&output, dims, query_len, padded_t, wv, value_dim); // [B, T, h, dv]
+    (result, Forward { dims, scale, mask, query_t, key_rows, value_rows, output, row_max, inv_row_sum })
 }
 
 /// The gradients of `Σ output · output_grad` with respect to the forward pass's query, key and
@@ -256,302 +282,448 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32]) -> Gradients {
     let dims = saved.dims;
     let Dims { query_len, source_len, key_dim, value_dim, .. } = dims;
     let pairs = dims.pairs();
-    assert_eq!(output_grad.len(), saved.output_by_pair.len(), "output gradient length");
-    let width = dims.width().expect("checked by forward");
+    assert_eq!(output_grad.len(), pairs * query_len * value_dim, "output gradient length");
+    let (wk, wv) = (dims.key_width(), dims.value_width());
+    let (row_blocks, key_blocks) = (dims.row_blocks(), dims.key_blocks());
+    let (padded_t, padded_s) = (dims.padded_query_len(), dims.padded_source_len());
+    let mut query_grad = vec![0.0; pairs * padded_t * key_dim]; // [pairs, T', dk]
+    let mut key_grad = vec![0.0; pairs * padded_s * key_dim]; // [pairs, S', dk]
+    let mut value_grad = vec![0.0; pairs * padded_s * value_dim]; // [pairs, S', dv]
 
-    let mut query = vec![0.0; pairs * query_len * key_dim]; // [pairs, T, dk]
-    let mut key = vec![0.0; pairs * source_len * key_dim]; // [pairs, S, dk]
-    let mut value = vec![0.0; pairs * source_len * value_dim]; // [pairs, S, dv]
-    if dims.is_empty() {
-        return Gradients { query, key, value }; // the forward output was constant
-    }
-    query
-        .par_chunks_mut(query_len * key_dim)
-        .zip(key.par_chunks_mut(source_len * key_dim))
-        .zip(value.par_chunks_mut(source_len * value_dim))
-        .enumerate()
-        .for_each_init(
-            || PairBackward::scratch(dims, width),
-            |pair, (index, ((query, key), value))| {
-                pair.pack(saved, output_grad, index);
-                dispatch!(isa, width, key_value_grads(pair, key, value));
-                dispatch!(isa, width, query_grads(pair, query));
-                query.iter_mut().for_each(|dq| *dq *= saved.scale); // d(q̃)/dq = scale
+    if !dims.is_empty() {
+        // The other orientation of each operand, and the output gradient in both.
+        let mut grad_rows = vec![0.0; pairs * padded_t * wv]; // [pairs, T', Wv]
+        pack_rows(output_grad, dims, query_len, value_dim, padded_t, wv, &mut grad_rows);
+        let mut grad_t = vec![[0.0; LANES]; pairs * row_blocks * wv]; // [pairs, Tb, Wv] lanes
+        lanes_from_rows(&grad_rows, wv, &mut grad_t);
+        let mut query_rows = vec![0.0; pairs * padded_t * wk]; // [pairs, T', Wk]
+        rows_from_lanes(&saved.query_t, wk, &mut query_rows);
+        let mut key_t = vec![[0.0; LANES]; pairs * key_blocks * wk]; // [pairs, Sb, Wk] lanes
+        lanes_from_rows(&saved.key_rows, wk, &mut key_t);
+        let mut value_t = vec![[0.0; LANES]; pairs * key_blocks * wv]; // [pairs, Sb, Wv] lanes
+        lanes_from_rows(&saved.value_rows, wv, &mut value_t);
+        let row_dot: Vec<f32> = grad_rows // [pairs, T']: D_t = dO_t · o_t
+            .par_chunks(wv)
+            .zip(saved.output.par_chunks(wv))
+            .map(|(g, o)| g.iter().zip(o).map(|(g, o)| g * o).sum())
+            .collect();
+        let uniform_grad = uniform_value_grads(saved, &grad_rows); // [pairs, Wv]
+
+        key_grad
+            .par_chunks_mut(LANES * key_dim)
+            .zip(value_grad.par_chunks_mut(LANES * value_dim))
+            .enumerate()
+            .with_min_len(4)
+            .for_each_init(
+                || Scratch::new(dims),
+                |scratch, (tile, (key_grad, value_grad))| {
+                    let (pair, block) = (tile / key_blocks, tile % key_blocks);
+                    let job = KeyValueTile {
+                        key_t: &key_t[tile * wk..][..wk],
+                        value_t: &value_t[tile * wv..][..wv],
+                        query_rows: &query_rows[pair * padded_t * wk..][..padded_t * wk],
+                        grad_rows: &grad_rows[pair * padded_t * wv..][..padded_t * wv],
+                        row_max: &saved.row_max[pair * padded_t..][..padded_t],
+                        inv_row_sum: &saved.inv_row_sum[pair * padded_t..][..padded_t],
+                        row_dot: &row_dot[pair * padded_t..][..padded_t],
+                        uniform_grad: uniform_grad.as_ref().map(|u| &u[pair * wv..][..wv]),
+                        mask: saved.mask.key_block(&dims, pair, block),
+                        key_dim,
+                        value_dim,
+                        key_grad,
+                        value_grad,
+                    };
+                    dispatch!(isa, key_value_tile(job, scratch));
+                },
+            );
+        query_grad.par_chunks_mut(LANES * key_dim).enumerate().with_min_len(4).for_each_init(
+            || Scratch::new(dims),
+            |scratch, (tile, query_grad)| {
+                let (pair, block) = (tile / row_blocks, tile % row_blocks);
+                let rows = pair * padded_t + block * LANES;
+                let job = QueryTile {
+                    query_t: &saved.query_t[tile * wk..][..wk],
+                    grad_t: &grad_t[tile * wv..][..wv],
+                    key_rows: &saved.key_rows[pair * padded_s * wk..][..padded_s * wk],
+                    value_rows: &saved.value_rows[pair * padded_s * wv..][..padded_s * wv],
+                    row_max: saved.row_max[rows..][..LANES].try_into().expect("16 rows"),
+                    inv_row_sum: saved.inv_row_sum[rows..][..LANES].try_into().expect("16 rows"),
+                    row_dot: row_dot[rows..][..LANES].try_into().expect("16 rows"),
+                    mask: saved.mask.row_block(&dims, pair, block),
+                    scale: saved.scale,
+                    key_dim,
+                    query_grad,
+                };
+                dispatch!(isa, query_tile(job, scratch));
             },
         );
+    }
     Gradients {
-        query: heads_last(&query, dims, query_len, key_dim),
-        key: heads_last(&key, dims, source_len, key_dim),
-        value: heads_last(&value, dims, source_len, value_dim),
+        query: heads_last(&query_grad, dims, query_len, padded_t, key_dim, key_dim),
+        key: heads_last(&key_grad, dims, source_len, padded_s, key_dim, key_dim),
+        value: heads_last(&value_grad, dims, source_len, padded_s, value_dim, value_dim),
     }
 }
 
-/// One pair's forward inputs in the kernel's layouts (per-thread buffers, reused across pairs).
-struct PairForward {
-    dims: Dims,
-    width: usize,
-    /// `[W, T']`: query rows in lanes.
-    query_t: Vec<f32>,
-    /// `[S, W]`
-    key_rows: Vec<f32>,
-    /// `[S, W]`
-    value_rows: Vec<f32>,
-    /// `[S]` x 16 rows: one block's scores, kept between the two passes.
-    scores: Vec<Lanes>,
+/// `[pairs, Wv]`: `Σ_t dO_t / S` over the rows of each pair that attend uniformly (no allowed key,
+/// [`FullyMaskedRows::Uniform`]), the gradient each value row gets from them; `None` if no pair
+/// has such a row.
+fn uniform_value_grads(saved: &Forward, grad_rows: &[f32]) -> Option<Vec<f32>> {
+    let dims = saved.dims;
+    if saved.mask.rows != FullyMaskedRows::Uniform || saved.mask.is_trivial() {
+        return None;
+    }
+    let (padded_t, wv) = (dims.padded_query_len(), dims.value_width());
+    let uniform = |pair: usize, t: usize| saved.inv_row_sum[pair * padded_t + t] == 0.0;
+    let mut sums = vec![0.0; dims.pairs() * wv];
+    let mut any = false;
+    for (pair, sum) in sums.chunks_exact_mut(wv).enumerate() {
+        for t in (0..dims.query_len).filter(|&t| uniform(pair, t)) {
+            any = true;
+            let grad = &grad_rows[(pair * padded_t + t) * wv..][..wv];
+            sum.iter_mut().zip(grad).for_each(|(s, g)| *s += g / dims.source_len as f32);
+        }
+    }
+    any.then_some(sums)
 }
 
-/// One pair's slices of the forward results.
-struct PairOutputs<'a> {
-    /// `[T, dv]`
+/// Per-task buffers, reused across the tiles a task runs.
+pub struct Scratch {
+    /// `[STEP]`: one step's scores (then probabilities, or their gradients).
+    scores: Vec<Lanes>,
+    /// `[STEP]`: one step's `dp` (then `ds`).
+    grads: Vec<Lanes>,
+    /// `[STEP]`: one step's mask bits.
+    bits: Vec<u16>,
+    /// `[max(Wk, Wv)]` x 2: accumulators of the tile's outputs.
+    first: Vec<Lanes>,
+    second: Vec<Lanes>,
+}
+
+impl Scratch {
+    fn new(dims: Dims) -> Self {
+        let width = dims.key_width().max(dims.value_width());
+        Self {
+            scores: vec![[0.0; LANES]; STEP],
+            grads: vec![[0.0; LANES]; STEP],
+            bits: vec![FULL; STEP],
+            first: vec![[0.0; LANES]; width],
+            second: vec![[0.0; LANES]; width],
+        }
+    }
+}
+
+/// One forward tile: 16 query rows of one pair against all the keys they may attend.
+pub struct ForwardTile<'a> {
+    /// `[Wk]` lanes
+    query_t: &'a [Lanes],
+    /// `[S', Wk]`
+    key_rows: &'a [f32],
+    /// `[S', Wv]`
+    value_rows: &'a [f32],
+    mask: RowBlock<'a>,
+    rows: FullyMaskedRows,
+    source_len: usize,
+    /// `[16, Wv]`
     output: &'a mut [f32],
-    /// `[T']`
+    /// `[16]`
     row_max: &'a mut [f32],
-    /// `[T']`
     inv_row_sum: &'a mut [f32],
 }
 
-impl PairForward {
-    fn scratch(dims: Dims, width: usize) -> Self {
-        Self {
-            dims,
-            width,
-            query_t: vec![0.0; width * dims.padded_query_len()],
-            key_rows: vec![0.0; dims.source_len * width],
-            value_rows: vec![0.0; dims.source_len * width],
-            scores: vec![[0.0; LANES]; dims.source_len],
-        }
-    }
-
-    fn pack(&mut self, scaled_query: &[f32], key: &[f32], value: &[f32], pair: usize) {
-        let d = self.dims;
-        pack_transposed(pair_rows(scaled_query, d, pair, d.query_len, d.key_dim), d.padded_query_len(), &mut self.query_t);
-        pack_rows(pair_rows(key, d, pair, d.source_len, d.key_dim), self.width, &mut self.key_rows);
-        pack_rows(pair_rows(value, d, pair, d.source_len, d.value_dim), self.width, &mut self.value_rows);
-    }
-}
-
-/// One pair's backward inputs in the kernel's layouts (per-thread buffers, reused across pairs).
-struct PairBackward {
-    dims: Dims,
-    width: usize,
-    forward: PairForward,
-    /// `[T, W]`
-    query_rows: Vec<f32>,
-    /// `[T, W]`
-    output_grad_rows: Vec<f32>,
-    /// `[W, T']`
-    output_grad_t: Vec<f32>,
-    /// `[W, S']`: keys in lanes.
-    key_t: Vec<f32>,
-    /// `[W, S']`
-    value_t: Vec<f32>,
-    /// `[T']`: `m_t`, `1 / l_t` and `D_t = dO_t · o_t`.
-    row_max: Vec<f32>,
-    inv_row_sum: Vec<f32>,
-    row_dot: Vec<f32>,
-}
-
-impl PairBackward {
-    fn scratch(dims: Dims, width: usize) -> Self {
-        let (padded_query_len, padded_source_len) = (dims.padded_query_len(), dims.padded_source_len());
-        Self {
-            dims,
-            width,
-            forward: PairForward::scratch(dims, width),
-            query_rows: vec![0.0; dims.query_len * width],
-            output_grad_rows: vec![0.0; dims.query_len * width],
-            output_grad_t: vec![0.0; width * padded_query_len],
-            key_t: vec![0.0; width * padded_source_len],
-            value_t: vec![0.0; width * padded_source_len],
-            row_max: vec![0.0; padded_query_len],
-            inv_row_sum: vec![0.0; padded_query_len],
-            row_dot: vec![0.0; padded_query_len],
-        }
-    }
-
-    fn pack(&mut self, saved: &Forward, output_grad: &[f32], pair: usize) {
-        let d = self.dims;
-        let (padded_query_len, padded_source_len) = (d.padded_query_len(), d.padded_source_len());
-        self.forward.pack(&saved.scaled_query, &saved.key, &saved.value, pair);
-        let output_grad = pair_rows(output_grad, d, pair, d.query_len, d.value_dim);
-        pack_rows(pair_rows(&saved.scaled_query, d, pair, d.query_len, d.key_dim), self.width, &mut self.query_rows);
-        pack_rows(output_grad.clone(), self.width, &mut self.output_grad_rows);
-        pack_transposed(output_grad.clone(), padded_query_len, &mut self.output_grad_t);
-        pack_transposed(pair_rows(&saved.key, d, pair, d.source_len, d.key_dim), padded_source_len, &mut self.key_t);
-        pack_transposed(pair_rows(&saved.value, d, pair, d.source_len, d.value_dim), padded_source_len, &mut self.value_t);
-        self.row_max.copy_from_slice(&saved.row_max[pair * padded_query_len..][..padded_query_len]);
-        self.inv_row_sum.copy_from_slice(&saved.inv_row_sum[pair * padded_query_len..][..padded_query_len]);
-        let output = saved.output_by_pair[pair * d.query_len * d.value_dim..].chunks_exact(d.value_dim);
-        for ((row_dot, g), o) in self.row_dot.iter_mut().zip(output_grad).zip(output) {
-            *row_dot = g.iter().zip(o).map(|(g, o)| g * o).sum(); // D_t
-        }
-    }
-}
-
-/// Forward pass of one pair, 16 query rows at a time: a pass over the keys for the scores and
-/// their row maxima, then one for the exponentials, their sums and the weighted values.
+/// The forward pass of one tile, `STEP` keys at a time with the online softmax.
 #[inline(always)]
-fn forward_pair<const W: usize, const FMA: bool>(pair: &mut PairForward, out: PairOutputs) {
-    let Dims { query_len, source_len, value_dim, .. } = pair.dims;
-    let padded_query_len = pair.dims.padded_query_len();
-    for block in 0..padded_query_len / LANES {
-        let query: [Lanes; W] = load_columns(&pair.query_t, padded_query_len, block); // [W] x 16 rows
-        let mut max = [f32::NEG_INFINITY; LANES];
-        for (key, scores) in pair.key_rows.chunks_exact(W).zip(pair.scores.iter_mut()).take(source_len) {
-            let score = row_scores::<W, FMA>(&query, key);
-            max = lanes(|i| if score[i] > max[i] { score[i] } else { max[i] });
-            *scores = score;
+fn forward_tile<const NR: usize, const FMA: bool>(job: ForwardTile, scratch: &mut Scratch) {
+    let wk = job.query_t.len();
+    let wv = job.output.len() / LANES;
+    let context = &mut scratch.first[..wv];
+    context.fill([0.0; LANES]);
+    let mut max = [f32::NEG_INFINITY; LANES];
+    let mut sum = [0.0; LANES];
+    let (lo, hi) = job.mask.keys;
+    for start in (lo..hi).step_by(STEP) {
+        let n = STEP.min(hi - start);
+        let scores = &mut scratch.scores[..n];
+        lane_dots::<NR, FMA>(job.query_t, &job.key_rows[start * wk..], wk, scores);
+        let masked = !job.mask.all_allowed(start + n);
+        if masked {
+            mask_scores(scores, &mut scratch.bits[..n], |j| job.mask.bits(start + j));
         }
-        let mut sum = [0.0; LANES];
-        let mut context = [[0.0; LANES]; W];
-        for (score, value) in pair.scores.iter().zip(pair.value_rows.chunks_exact(W)).take(source_len) {
-            let weight = lanes(|i| exp_nonpositive::<FMA>(score[i] - max[i]));
-            sum = lanes(|i| sum[i] + weight[i]);
-            for d in 0..W {
-                context[d] = lanes(|i| madd::<FMA>(weight[i], value[d], context[d][i]));
+        let step_max = scores.iter().fold([f32::NEG_INFINITY; LANES], |m, s| lanes(|i| m[i].max(s[i])));
+        let new_max = lanes(|i| max[i].max(step_max[i]));
+        if new_max != max {
+            // Rows whose maximum grew rescale what they have summed so far.
+            let alpha = lanes(|i| exp_nonpositive::<FMA>(max[i] - reference(new_max[i])));
+            sum = lanes(|i| sum[i] * alpha[i]);
+            context.iter_mut().for_each(|c| *c = lanes(|i| c[i] * alpha[i]));
+            max = new_max;
+        }
+        let shift = lanes(|i| reference(max[i]));
+        for (j, s) in scores.iter_mut().enumerate() {
+            let mut p = lanes(|i| exp_nonpositive::<FMA>(s[i] - shift[i]));
+            if masked {
+                p = select(scratch.bits[j], p);
             }
+            sum = lanes(|i| sum[i] + p[i]);
+            *s = p;
         }
-        let inv_sum = lanes(|i| 1.0 / sum[i]);
-        out.row_max[block * LANES..][..LANES].copy_from_slice(&max);
-        out.inv_row_sum[block * LANES..][..LANES].copy_from_slice(&inv_sum);
-        for i in 0..LANES.min(query_len - block * LANES) {
-            let row = &mut out.output[(block * LANES + i) * value_dim..][..value_dim];
-            for (d, o) in row.iter_mut().enumerate() {
-                *o = context[d][i] * inv_sum[i];
+        lane_accumulate::<NR, FMA>(scores, &job.value_rows[start * wv..], wv, context);
+    }
+    // A row that saw no allowed key keeps max = -inf: zero attention, or uniform.
+    let mut uniform_value: Option<Vec<f32>> = None;
+    for i in 0..LANES {
+        let row = &mut job.output[i * wv..][..wv];
+        if max[i] == f32::NEG_INFINITY {
+            job.row_max[i] = 0.0;
+            job.inv_row_sum[i] = 0.0;
+            match job.rows {
+                FullyMaskedRows::Zero => row.fill(0.0),
+                FullyMaskedRows::Uniform => {
+                    let mean = uniform_value.get_or_insert_with(|| mean_row(job.value_rows, wv, job.source_len));
+                    row.copy_from_slice(mean);
+                }
             }
+        } else {
+            let inv = 1.0 / sum[i];
+            job.row_max[i] = max[i];
+            job.inv_row_sum[i] = inv;
+            row.iter_mut().zip(context.iter()).for_each(|(o, c)| *o = c[i] * inv);
         }
     }
 }
 
-/// `dk` and `dv` of one pair, 16 keys at a time, walking the query rows.
+/// The row maximum the exponentials are taken against: 0 while a row has seen no allowed key.
 #[inline(always)]
-fn key_value_grads<const W: usize, const FMA: bool>(pair: &PairBackward, key_grad: &mut [f32], value_grad: &mut [f32]) {
-    let Dims { query_len, source_len, key_dim, value_dim, .. } = pair.dims;
-    let padded_source_len = pair.dims.padded_source_len();
-    for block in 0..padded_source_len / LANES {
-        let key: [Lanes; W] = load_columns(&pair.key_t, padded_source_len, block); // [W] x 16 keys
-        let value: [Lanes; W] = load_columns(&pair.value_t, padded_source_len, block);
-        let mut dk = [[0.0; LANES]; W];
-        let mut dv = [[0.0; LANES]; W];
-        let rows = pair.query_rows.chunks_exact(W).zip(pair.output_grad_rows.chunks_exact(W));
-        for (t, (query, output_grad)) in rows.enumerate().take(query_len) {
-            let score = row_scores::<W, FMA>(&key, query);
-            let (max, inv_sum, row_dot) = (pair.row_max[t], pair.inv_row_sum[t], pair.row_dot[t]);
-            // Padded keys get garbage here; their lanes are never written out.
-            let prob = lanes(|i| exp_nonpositive::<FMA>(score[i] - max) * inv_sum);
-            let prob_grad = row_scores::<W, FMA>(&value, output_grad); // dp_j
-            let score_grad = lanes(|i| prob[i] * (prob_grad[i] - row_dot)); // ds_j
-            for d in 0..W {
-                dv[d] = lanes(|i| madd::<FMA>(prob[i], output_grad[d], dv[d][i]));
-                dk[d] = lanes(|i| madd::<FMA>(score_grad[i], query[d], dk[d][i]));
+fn reference(max: f32) -> f32 {
+    if max == f32::NEG_INFINITY { 0.0 } else { max }
+}
+
+/// Sets blocked lanes to `-inf` and records each row's bits.
+#[inline(always)]
+fn mask_scores(scores: &mut [Lanes], bits: &mut [u16], bits_of: impl Fn(usize) -> u16) {
+    for (j, (s, b)) in scores.iter_mut().zip(bits.iter_mut()).enumerate() {
+        *b = bits_of(j);
+        if *b != FULL {
+            *s = lanes(|i| if *b >> i & 1 == 1 { s[i] } else { f32::NEG_INFINITY });
+        }
+    }
+}
+
+/// `x` in the lanes whose bit is set, 0 elsewhere.
+#[inline(always)]
+fn select(bits: u16, x: Lanes) -> Lanes {
+    if bits == FULL { x } else { lanes(|i| if bits >> i & 1 == 1 { x[i] } else { 0.0 }) }
+}
+
+/// The mean of the first `len` rows of `[len', width]`.
+fn mean_row(rows: &[f32], width: usize, len: usize) -> Vec<f32> {
+    let mut mean = vec![0.0; width];
+    for row in rows.chunks_exact(width).take(len) {
+        mean.iter_mut().zip(row).for_each(|(m, x)| *m += x);
+    }
+    mean.iter_mut().for_each(|m| *m /= len as f32);
+    mean
+}
+
+/// One `dk`/`dv` tile: 16 keys of one pair against all the query rows that may attend them.
+pub struct KeyValueTile<'a> {
+    /// `[Wk]` and `[Wv]` lanes
+    key_t: &'a [Lanes],
+    value_t: &'a [Lanes],
+    /// `[T', Wk]`, `[T', Wv]`
+    query_rows: &'a [f32],
+    grad_rows: &'a [f32],
+    /// `[T']`
+    row_max: &'a [f32],
+    inv_row_sum: &'a [f32],
+    row_dot: &'a [f32],
+    /// `[Wv]`: the gradient every value row gets from uniformly attending rows.
+    uniform_grad: Option<&'a [f32]>,
+    mask: KeyBlock<'a>,
+    key_dim: usize,
+    value_dim: usize,
+    /// `[16, dk]`, `[16, dv]`
+    key_grad: &'a mut [f32],
+    value_grad: &'a mut [f32],
+}
+
+/// `dk` and `dv` of one tile, `STEP` query rows at a time.
+#[inline(always)]
+fn key_value_tile<const NR: usize, const FMA: bool>(job: KeyValueTile, scratch: &mut Scratch) {
+    let (wk, wv) = (job.key_t.len(), job.value_t.len());
+    let key_acc = &mut scratch.first[..wk];
+    let value_acc = &mut scratch.second[..wv];
+    key_acc.fill([0.0; LANES]);
+    value_acc.fill([0.0; LANES]);
+    let (lo, hi) = job.mask.queries;
+    for start in (lo..hi).step_by(STEP) {
+        let n = STEP.min(hi - start);
+        let (probs, grads) = (&mut scratch.scores[..n], &mut scratch.grads[..n]);
+        lane_dots::<NR, FMA>(job.key_t, &job.query_rows[start * wk..], wk, probs); // s_j for each row
+        lane_dots::<NR, FMA>(job.value_t, &job.grad_rows[start * wv..], wv, grads); // dp_j
+        let masked = !job.mask.all_allowed(start, n);
+        for (r, (p, g)) in probs.iter_mut().zip(grads.iter_mut()).enumerate() {
+            let t = start + r;
+            let (max, inv, dot) = (job.row_max[t], job.inv_row_sum[t], job.row_dot[t]);
+            let mut prob = lanes(|i| exp_nonpositive::<FMA>(p[i] - max) * inv);
+            if masked {
+                prob = select(job.mask.bits(t), prob);
             }
+            *g = lanes(|i| prob[i] * (g[i] - dot)); // ds_j
+            *p = prob;
         }
-        store_columns(&dk, block, source_len, key_dim, key_grad);
-        store_columns(&dv, block, source_len, value_dim, value_grad);
+        lane_accumulate::<NR, FMA>(probs, &job.grad_rows[start * wv..], wv, value_acc);
+        lane_accumulate::<NR, FMA>(grads, &job.query_rows[start * wk..], wk, key_acc);
     }
+    if let Some(uniform) = job.uniform_grad {
+        value_acc.iter_mut().zip(uniform).for_each(|(v, u)| *v = lanes(|i| v[i] + u));
+    }
+    store_rows(key_acc, job.key_dim, job.key_grad);
+    store_rows(value_acc, job.value_dim, job.value_grad);
 }
 
-/// `dq̃` of one pair, 16 query rows at a time, walking the keys.
+/// One `dq` tile: 16 query rows of one pair against all the keys they may attend.
+pub struct QueryTile<'a> {
+    /// `[Wk]`, `[Wv]` lanes
+    query_t: &'a [Lanes],
+    grad_t: &'a [Lanes],
+    /// `[S', Wk]`, `[S', Wv]`
+    key_rows: &'a [f32],
+    value_rows: &'a [f32],
+    row_max: Lanes,
+    inv_row_sum: Lanes,
+    row_dot: Lanes,
+    mask: RowBlock<'a>,
+    scale: f32,
+    key_dim: usize,
+    /// `[16, dk]`
+    query_grad: &'a mut [f32],
+}
+
+/// `dq` of one tile, `STEP` keys at a time.
 #[inline(always)]
-fn query_grads<const W: usize, const FMA: bool>(pair: &PairBackward, query_grad: &mut [f32]) {
-    let Dims { query_len, source_len, key_dim, .. } = pair.dims;
-    let padded_query_len = pair.dims.padded_query_len();
-    for block in 0..padded_query_len / LANES {
-        let query: [Lanes; W] = load_columns(&pair.forward.query_t, padded_query_len, block);
-        let output_grad: [Lanes; W] = load_columns(&pair.output_grad_t, padded_query_len, block);
-        let at = |x: &[f32]| -> Lanes { x[block * LANES..][..LANES].try_into().expect("16 lanes") };
-        let (max, inv_sum, row_dot) = (at(&pair.row_max), at(&pair.inv_row_sum), at(&pair.row_dot));
-        let mut dq = [[0.0; LANES]; W];
-        let keys = pair.forward.key_rows.chunks_exact(W).zip(pair.forward.value_rows.chunks_exact(W));
-        for (key, value) in keys.take(source_len) {
-            let score = row_scores::<W, FMA>(&query, key);
-            let prob = lanes(|i| exp_nonpositive::<FMA>(score[i] - max[i]) * inv_sum[i]);
-            let prob_grad = row_scores::<W, FMA>(&output_grad, value); // dp_j
-            let score_grad = lanes(|i| prob[i] * (prob_grad[i] - row_dot[i])); // ds_j
-            for d in 0..W {
-                dq[d] = lanes(|i| madd::<FMA>(score_grad[i], key[d], dq[d][i]));
+fn query_tile<const NR: usize, const FMA: bool>(job: QueryTile, scratch: &mut Scratch) {
+    let (wk, wv) = (job.query_t.len(), job.grad_t.len());
+    let query_acc = &mut scratch.first[..wk];
+    query_acc.fill([0.0; LANES]);
+    let (max, inv, dot) = (job.row_max, job.inv_row_sum, job.row_dot);
+    let (lo, hi) = job.mask.keys;
+    for start in (lo..hi).step_by(STEP) {
+        let n = STEP.min(hi - start);
+        let (scores, grads) = (&mut scratch.scores[..n], &mut scratch.grads[..n]);
+        lane_dots::<NR, FMA>(job.query_t, &job.key_rows[start * wk..], wk, scores);
+        lane_dots::<NR, FMA>(job.grad_t, &job.value_rows[start * wv..], wv, grads); // dp_j
+        let masked = !job.mask.all_allowed(start + n);
+        for (j, (s, g)) in scores.iter().zip(grads.iter_mut()).enumerate() {
+            let mut prob = lanes(|i| exp_nonpositive::<FMA>(s[i] - max[i]) * inv[i]);
+            if masked {
+                prob = select(job.mask.bits(start + j), prob);
             }
+            *g = lanes(|i| prob[i] * (g[i] - dot[i])); // ds_j
         }
-        store_columns(&dq, block, query_len, key_dim, query_grad);
+        lane_accumulate::<NR, FMA>(grads, &job.key_rows[start * wk..], wk, query_acc);
     }
+    // d(q̃)/dq = scale.
+    query_acc.iter_mut().for_each(|q| *q = lanes(|i| q[i] * job.scale));
+    store_rows(query_acc, job.key_dim, job.query_grad);
 }
 
-/// `Σ_d columns[d] · row[d]` per lane: 16 dot products against one broadcast row.
-#[inline(always)]
-fn row_scores<const W: usize, const FMA: bool>(columns: &[Lanes; W], row: &[f32]) -> Lanes {
-    let mut score = [0.0; LANES];
-    for d in 0..W {
-        score = lanes(|i| madd::<FMA>(columns[d][i], row[d], score[i]));
-    }
-    score
-}
-
-/// A lane-wise expression as a vector.
-#[inline(always)]
-fn lanes(f: impl Fn(usize) -> f32) -> Lanes {
-    std::array::from_fn(f)
-}
-
-/// Block `block` of each of the `W` rows of a `[W, len']` matrix.
-#[inline(always)]
-fn load_columns<const W: usize>(matrix: &[f32], padded_len: usize, block: usize) -> [Lanes; W] {
-    std::array::from_fn(|d| matrix[d * padded_len + block * LANES..][..LANES].try_into().expect("16 lanes"))
-}
-
-/// Writes lanes `block * 16 ..` of `columns` (features x rows) as rows `[len, width]`, dropping
-/// padded rows and features.
-#[inline(always)]
-fn store_columns<const W: usize>(columns: &[Lanes; W], block: usize, len: usize, width: usize, out: &mut [f32]) {
-    for i in 0..LANES.min(len.saturating_sub(block * LANES)) {
-        let row = &mut out[(block * LANES + i) * width..][..width];
+/// Writes a tile (features x 16 lanes) as the rows `[n, width]` that `out` holds (`n <= 16`),
+/// dropping padded features.
+fn store_rows(tile: &[Lanes], width: usize, out: &mut [f32]) {
+    for (i, row) in out.chunks_exact_mut(width).enumerate() {
         for (d, x) in row.iter_mut().enumerate() {
-            *x = columns[d][i];
+            *x = tile[d][i];
         }
     }
 }
 
 /// The `len` rows of one (batch, head) pair in a `[B, len, h, width]` buffer.
-fn pair_rows(x: &[f32], dims: Dims, pair: usize, len: usize, width: usize) -> impl Iterator<Item = &[f32]> + Clone {
+fn pair_rows(x: &[f32], dims: Dims, pair: usize, len: usize, width: usize) -> impl Iterator<Item = &[f32]> {
     let (batch, head) = (pair / dims.heads, pair % dims.heads);
     let first = (batch * len * dims.heads + head) * width;
     x[first..].chunks(dims.heads * width).take(len).map(move |row| &row[..width])
 }
 
-/// `[pairs, len, width] -> [B, len, h, width]`.
-fn heads_last<T: Copy + Default + Send + Sync>(by_pair: &[T], dims: Dims, len: usize, width: usize) -> Vec<T> {
-    let mut out = vec![T::default(); by_pair.len()];
+/// `[B, len, h, w] -> [pairs, len', W]`, zero-padded rows and features.
+fn pack_rows(x: &[f32], dims: Dims, len: usize, width: usize, padded_len: usize, padded_width: usize, out: &mut [f32]) {
+    if len == 0 || width == 0 {
+        return;
+    }
+    out.par_chunks_mut(padded_len * padded_width).enumerate().for_each(|(pair, out)| {
+        for (row, out) in pair_rows(x, dims, pair, len, width).zip(out.chunks_exact_mut(padded_width)) {
+            out[..width].copy_from_slice(row);
+        }
+    });
+}
+
+/// `[B, len, h, w] -> [pairs, len'/16, W]` lanes (16 rows to a vector), times `scale`.
+fn pack_lanes(x: &[f32], dims: Dims, len: usize, width: usize, padded_width: usize, out: &mut [Lanes], scale: f32) {
+    if len == 0 || width == 0 {
+        return;
+    }
+    let blocks = len.div_ceil(LANES);
+    out.par_chunks_mut(blocks * padded_width).enumerate().for_each(|(pair, out)| {
+        for (t, row) in pair_rows(x, dims, pair, len, width).enumerate() {
+            let tile = &mut out[t / LANES * padded_width..][..width];
+            for (d, &v) in row.iter().enumerate() {
+                tile[d][t % LANES] = v * scale;
+            }
+        }
+    });
+}
+
+/// `[pairs, len', W]` rows -> `[pairs, len'/16, W]` lanes.
+fn lanes_from_rows(rows: &[f32], width: usize, out: &mut [Lanes]) {
+    out.par_chunks_mut(width).enumerate().for_each(|(tile, out)| {
+        let rows = &rows[tile * LANES * width..][..LANES * width];
+        for (i, row) in rows.chunks_exact(width).enumerate() {
+            for (d, &v) in row.iter().enumerate() {
+                out[d][i] = v;
+            }
+        }
+    });
+}
+
+/// `[pairs, len'/16, W]` lanes -> `[pairs, len', W]` rows.
+fn rows_from_lanes(tiles: &[Lanes], width: usize, out: &mut [f32]) {
+    out.par_chunks_mut(LANES * width).zip(tiles.par_chunks(width)).for_each(|(rows, tile)| {
+        for (i, row) in rows.chunks_exact_mut(width).enumerate() {
+            for (d, x) in row.iter_mut().enumerate() {
+                *x = tile[d][i];
+            }
+        }
+    });
+}
+
+/// `[pairs, len', W] -> [B, len, h, width]`: real rows and features, heads last.
+fn heads_last<T: Copy + Default + Send + Sync>(
+    by_pair: &[T],
+    dims: Dims,
+    len: usize,
+    padded_len: usize,
+    padded_width: usize,
+    width: usize,
+) -> Vec<T> {
+    let mut out = vec![T::default(); dims.pairs() * len * width];
+    if out.is_empty() {
+        return out;
+    }
     out.par_chunks_mut(len * dims.heads * width).enumerate().for_each(|(batch, out)| {
         for head in 0..dims.heads {
-            let pair = &by_pair[(batch * dims.heads + head) * len * width..][..len * width];
-            for (l, row) in pair.chunks_exact(width).enumerate() {
-                out[(l * dims.heads + head) * width..][..width].copy_from_slice(row);
+            let pair = &by_pair[(batch * dims.heads + head) * padded_len * padded_width..][..len * padded_width];
+            for (l, row) in pair.chunks_exact(padded_width).enumerate() {
+                out[(l * dims.heads + head) * width..][..width].copy_from_slice(&row[..width]);
             }
         }
     });
     out
 }
 
-/// Rows of width `w` -> `[len, W]`, features zero-padded.
-fn pack_rows<'a>(rows: impl Iterator<Item = &'a [f32]>, padded_width: usize, out: &mut [f32]) {
-    for (row, out) in rows.zip(out.chunks_exact_mut(padded_width)) {
-        out[..row.len()].copy_from_slice(row);
-        out[row.len()..].fill(0.0);
-    }
-}
-
-/// Rows of width `w` -> `[W, len']`, zero-padded in both directions.
-fn pack_transposed<'a>(rows: impl Iterator<Item = &'a [f32]>, padded_len: usize, out: &mut [f32]) {
-    out.fill(0.0);
-    for (j, row) in rows.enumerate() {
-        for (d, &x) in row.iter().enumerate() {
-            out[d * padded_len + j] = x;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fused::mask::BoolMask;
 
     /// A small deterministic generator, enough for test inputs.
     fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -565,21 +737,43 @@ mod tests {
     }
 
     /// Textbook attention in float64 with explicit probabilities, and its gradients, on
-    /// pair-major `[pairs, L, d]` buffers.
-    fn reference(q: &[f32], k: &[f32], v: &[f32], g: &[f32], dims: Dims, scale: f32) -> [Vec<f64>; 4] {
+    /// pair-major `[pairs, L, d]` buffers; `allowed(pair, t, s)` is the mask.
+    fn reference(
+        [q, k, v, g]: [&[f32]; 4],
+        dims: Dims,
+        scale: f32,
+        allowed: &dyn Fn(usize, usize, usize) -> bool,
+        rows: FullyMaskedRows,
+    ) -> [Vec<f64>; 4] {
         let Dims { query_len: tl, source_len: sl, key_dim: dk, value_dim: dv, .. } = dims;
         let pairs = dims.pairs();
         let (mut out, mut dq, mut dkk, mut dvv) =
             (vec![0.0; pairs * tl * dv], vec![0.0; pairs * tl * dk], vec![0.0; pairs * sl * dk], vec![0.0; pairs * sl * dv]);
         for p in 0..pairs {
             for t in 0..tl {
+                let go: Vec<f64> = (0..dv).map(|d| g[(p * tl + t) * dv + d] as f64).collect();
+                if !(0..sl).any(|j| allowed(p, t, j)) {
+                    if rows == FullyMaskedRows::Uniform {
+                        for j in 0..sl {
+                            for d in 0..dv {
+                                out[(p * tl + t) * dv + d] += v[(p * sl + j) * dv + d] as f64 / sl as f64;
+                                dvv[(p * sl + j) * dv + d] += go[d] / sl as f64;
+                            }
+                        }
+                    }
+                    continue;
+                }
                 let qs: Vec<f64> = (0..dk).map(|d| (q[(p * tl + t) * dk + d] * scale) as f64).collect();
-                let s: Vec<f64> = (0..sl).map(|j| (0..dk).map(|d| qs[d] * k[(p * sl + j) * dk + d] as f64).sum()).collect();
+                let s: Vec<f64> = (0..sl)
+                    .map(|j| match allowed(p, t, j) {
+                        true => (0..dk).map(|d| qs[d] * k[(p * sl + j) * dk + d] as f64).sum(),
+                        false => f64::NEG_INFINITY,
+                    })
+                    .collect();
                 let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let e: Vec<f64> = s.iter().map(|s| (s - m).exp()).collect();
                 let total: f64 = e.iter().sum();
                 let probs: Vec<f64> = e.iter().map(|e| e / total).collect();
-                let go: Vec<f64> = (0..dv).map(|d| g[(p * tl + t) * dv + d] as f64).collect();
                 let dp: Vec<f64> = (0..sl).map(|j| (0..dv).map(|d| go[d] * v[(p * sl + j) * dv + d] as f64).sum()).collect();
                 let row_dot: f64 = (0..sl).map(|j| probs[j] * dp[j]).sum();
                 for j in 0..sl {
@@ -598,40 +792,114 @@ mod tests {
         [out, dq, dkk, dvv]
     }
 
-    fn max_error(got: &[f32], want: &[f64]) -> f64 {
+    /// The largest error relative to the largest reference magnitude (at least 1).
+    fn scaled_error(got: &[f32], want: &[f64]) -> f64 {
         assert_eq!(got.len(), want.len());
-        got.iter().zip(want).map(|(g, w)| (*g as f64 - w).abs()).fold(0.0, f64::max)
+        let scale = want.iter().fold(1.0f64, |m, w| m.max(w.abs()));
+        got.iter().zip(want).map(|(g, w)| (*g as f64 - w).abs()).fold(0.0, f64::max) / scale
+    }
+
+    /// The masks every shape is checked with.
+    #[derive(Debug, Clone, Copy)]
+    enum Rule {
+        None,
+        Causal,
+        /// Per-batch key lengths, the second batch element with none: fully masked rows.
+        Padding,
+        /// A pattern per (batch, head, row, key) with some rows fully masked, and causal on top.
+        General { causal: bool },
+    }
+
+    impl Rule {
+        fn allowed(self, dims: Dims) -> impl Fn(usize, usize, usize) -> bool {
+            let heads = dims.heads;
+            let length = move |b: usize| if b == 1 { 0 } else { dims.source_len.div_ceil(3) };
+            move |p: usize, t: usize, s: usize| match self {
+                Rule::None => true,
+                Rule::Causal => s <= t,
+                Rule::Padding => s < length(p / heads),
+                Rule::General { causal } => t % 5 != 3 && (p * 7 + t * 3 + s * 5) % 3 != 0 && (!causal || s <= t),
+            }
+        }
+
+        fn mask(self, dims: Dims, rows: FullyMaskedRows) -> Mask {
+            let (causal, explicit) = match self {
+                Rule::None => (false, None),
+                Rule::Causal => (true, None),
+                Rule::Padding => {
+                    let allowed = self.allowed(dims);
+                    let bits = (0..dims.batch).flat_map(|b| (0..dims.source_len).map(move |s| (b, s)));
+                    let allowed = bits.map(|(b, s)| allowed(b * dims.heads, 0, s)).collect();
+                    (false, Some(BoolMask { dims: [dims.batch, 1, 1, dims.source_len], allowed }))
+                }
+                Rule::General { causal } => {
+                    let pattern = Rule::General { causal: false }.allowed(dims);
+                    let (t, s) = (dims.query_len, dims.source_len);
+                    let allowed = (0..dims.pairs() * t * s).map(|i| pattern(i / (t * s), i / s % t, i % s)).collect();
+                    (causal, Some(BoolMask { dims: [dims.batch, dims.heads, t, s], allowed }))
+                }
+            };
+            Mask::with_mask(causal, rows, explicit, dims)
+        }
+    }
+
+    /// The kernel against float64 attention: output and all three gradients.
+    fn check(dims: Dims, rule: Rule, rows: FullyMaskedRows, isas: &[Isa]) {
+        let Dims { query_len, source_len, key_dim, value_dim, .. } = dims;
+        let pairs = dims.pairs();
+        // Pair-major inputs for the reference, heads-last for the kernel.
+        let q = values(pairs * query_len * key_dim, 1);
+        let k = values(pairs * source_len * key_dim, 2);
+        let v = values(pairs * source_len * value_dim, 3);
+        let g = values(pairs * query_len * value_dim, 4);
+        let scale = 1.0 / (key_dim as f32).sqrt();
+        let last = |x: &[f32], len: usize, width: usize| heads_last(x, dims, len, len, width, width);
+        let last64 = |x: &[f64], len: usize, width: usize| heads_last(x, dims, len, len, width, width);
+        let [out, dq, dk, dv] = reference([&q, &k, &v, &g], dims, scale, &rule.allowed(dims), rows);
+        let (out, dq) = (last64(&out, query_len, value_dim), last64(&dq, query_len, key_dim));
+        let (dk, dv) = (last64(&dk, source_len, key_dim), last64(&dv, source_len, value_dim));
+        for &isa in isas {
+            let (q, k, v) = (last(&q, query_len, key_dim), last(&k, source_len, key_dim), last(&v, source_len, value_dim));
+            let mask = rule.mask(dims, rows);
+            let (output, saved) = forward_with(isa, q, k, v, dims, scale, mask);
+            let grads = backward_with(isa, &saved, &last(&g, query_len, value_dim));
+            for (name, got, want) in [("output", &output, &out), ("dq", &grads.query, &dq), ("dk", &grads.key, &dk), ("dv", &grads.value, &dv)] {
+                let error = scaled_error(got, want);
+                assert!(error < 4e-6, "{isa:?} {rule:?} {rows:?}: {name} at {dims:?}: error {error}");
+            }
+        }
     }
 
     #[test]
     fn forward_and_backward_match_float64_attention_on_every_instruction_set() {
-        // Lengths below, at and above a lane multiple; unequal query/key lengths; widths that pad
-        // to 4, 8 and 16; the seed's shape.
+        // Lengths below, at and above a lane multiple and a step; unequal query/key lengths;
+        // widths off the multiple of 4; the seed's shape.
         for (source_len, query_len, key_dim, value_dim) in
-            [(7, 5, 4, 4), (16, 16, 2, 3), (37, 19, 5, 2), (20, 33, 3, 9), (9, 17, 16, 12), (136, 136, 4, 4)]
+            [(7, 5, 4, 4), (16, 16, 2, 3), (37, 19, 5, 2), (20, 33, 3, 9), (9, 17, 16, 12), (136, 136, 4, 4), (300, 150, 6, 5)]
         {
             let dims = Dims { batch: 2, heads: 3, query_len, source_len, key_dim, value_dim };
-            // Pair-major inputs for the reference, heads-last for the kernel.
-            let q = values(6 * query_len * key_dim, 1);
-            let k = values(6 * source_len * key_dim, 2);
-            let v = values(6 * source_len * value_dim, 3);
-            let g = values(6 * query_len * value_dim, 4);
-            let scale = 1.0 / (key_dim as f32).sqrt();
-            let last = |x: &[f32], len: usize, width: usize| heads_last(x, dims, len, width);
-            let last64 = |x: &[f64], len: usize, width: usize| heads_last(x, dims, len, width);
-            let [out, dq, dk, dv] = reference(&q, &k, &v, &g, dims, scale);
-            let (out, dq) = (last64(&out, query_len, value_dim), last64(&dq, query_len, key_dim));
-            let (dk, dv) = (last64(&dk, source_len, key_dim), last64(&dv, source_len, value_dim));
-            for isa in Isa::available() {
-                let (q, k, v) = (last(&q, query_len, key_dim), last(&k, source_len, key_dim), last(&v, source_len, value_dim));
-                let (output, saved) = forward_with(isa, q, k, v, dims, scale);
-                let grads = backward_with(isa, &saved, &last(&g, query_len, value_dim));
-                for (name, got, want) in
-                    [("output", &output, &out), ("dq", &grads.query, &dq), ("dk", &grads.key, &dk), ("dv", &grads.value, &dv)]
-                {
-                    let error = max_error(got, want);
-                    assert!(error < 4e-6, "{isa:?}: {name} at {dims:?}: error {error}");
+            check(dims, Rule::None, FullyMaskedRows::Zero, &Isa::available());
+        }
+    }
+
+    #[test]
+    fn every_mask_and_both_fully_masked_row_conventions() {
+        for (source_len, query_len) in [(37, 19), (20, 33), (150, 140)] {
+            let dims = Dims { batch: 2, heads: 3, query_len, source_len, key_dim: 5, value_dim: 7 };
+            for rule in [Rule::Causal, Rule::Padding, Rule::General { causal: false }, Rule::General { causal: true }] {
+                for rows in [FullyMaskedRows::Zero, FullyMaskedRows::Uniform] {
+                    check(dims, rule, rows, &Isa::available());
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn wide_heads_with_and_without_masks() {
+        for (key_dim, value_dim) in [(32, 32), (64, 48), (37, 130), (256, 256)] {
+            let dims = Dims { batch: 1, heads: 2, query_len: 40, source_len: 150, key_dim, value_dim };
+            for rule in [Rule::None, Rule::Causal, Rule::General { causal: true }] {
+                check(dims, rule, FullyMaskedRows::Uniform, &[Isa::best(), Isa::Baseline]);
             }
         }
     }
@@ -643,18 +911,11 @@ mod tests {
             let q = vec![1.0; batch * 2 * query_len * 4];
             let k = vec![1.0; batch * 2 * source_len * 4];
             let v = vec![1.0; batch * 2 * source_len * 3];
-            let (output, saved) = forward(q.clone(), k.clone(), v.clone(), dims, 0.5);
+            let (output, saved) = forward(q.clone(), k.clone(), v.clone(), dims, 0.5, Mask::new(true, FullyMaskedRows::Zero));
             assert_eq!(output, vec![0.0; batch * 2 * query_len * 3], "{dims:?}");
             let grads = backward(&saved, &output);
             assert_eq!((grads.query.len(), grads.key.len(), grads.value.len()), (q.len(), k.len(), v.len()));
             assert!(grads.query.iter().chain(&grads.key).chain(&grads.value).all(|&g| g == 0.0));
         }
-    }
-
-    #[test]
-    fn widths_beyond_the_largest_are_refused() {
-        let dims = Dims { batch: 1, heads: 1, query_len: 1, source_len: 1, key_dim: 129, value_dim: 4 };
-        assert_eq!(dims.width(), None);
-        assert_eq!(Dims { key_dim: 5, value_dim: 3, ..dims }.width(), Some(8));
     }
 }

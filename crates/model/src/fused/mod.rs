@@ -1,12 +1,17 @@
-//! Fused attention for the CPU backends: one kernel for `softmax(scale · q kᵀ) v` and one for its
-//! gradients, which never write the `[B, h, T, S]` score tensor to memory.
+//! Fused attention for the CPU backends: one kernel for `softmax(scale · q kᵀ, mask) v` and one
+//! for its gradients, which never write the `[B, h, T, S]` score tensor to memory.
 //!
-//! * [`kernel`]: the algorithm on host slices, vectorised and parallel over (batch, head) pairs;
+//! * [`kernel`]: the algorithm on host slices, tiled and parallel over (batch, head, 16 rows);
+//! * [`tile`]: the two register-blocked products the kernel is made of;
+//! * [`mask`]: causal, key-padding and general boolean masks as bits, with the tiles they skip;
 //! * [`op`]: the kernel as a Burn backend operation with its own backward pass;
 //! * [`exp`]: the vectorisable `exp` the kernel uses.
 
 pub mod exp;
 pub mod kernel;
+pub mod mask;
 pub mod op;
+pub mod tile;
 
-pub use op::{fused_attention, supports};
+pub use mask::BoolMask;
+pub use op::{FusedCall, fused_attention, supports};

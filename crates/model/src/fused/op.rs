@@ -15,12 +15,26 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, NdArray, TensorMetadata, backend_extension};
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::{Bool, Tensor, TensorData};
 
 use super::kernel::{self, Dims};
+use super::mask::{BoolMask, Mask};
+use crate::attention::FullyMaskedRows;
 
-/// `softmax(scale · q kᵀ) v` as one backend operation. The default body runs the kernel on the
-/// backend's host-memory tensors (flex, ndarray); `Autodiff<B, C>` adds the backward step.
+/// What a fused call attends: the scale of the logits and the mask of allowed pairs.
+#[derive(Debug, Clone)]
+pub struct FusedCall {
+    pub scale: f32,
+    /// `true` = query `t` may attend key `s`, `[Bm, Hm, Tm, S]` broadcasting to `[B, h, T, S]`.
+    pub allowed: Option<BoolMask>,
+    /// Keras' and torch's top-left causal rule, ANDed with `allowed`.
+    pub causal: bool,
+    /// What a query row with no allowed key gets.
+    pub rows: FullyMaskedRows,
+}
+
+/// `softmax(scale · q kᵀ, mask) v` as one backend operation. The default body runs the kernel on
+/// the backend's host-memory tensors (flex, ndarray); `Autodiff<B, C>` adds the backward step.
 #[backend_extension(Flex, NdArray, Autodiff)]
 pub trait FusedAttentionBackend: Backend {
     /// `query`: `[B, T, h, dk]`, `key`: `[B, S, h, dk]`, `value`: `[B, S, h, dv]` (heads last, the
@@ -29,9 +43,9 @@ pub trait FusedAttentionBackend: Backend {
         query: FloatTensor<Self>,
         key: FloatTensor<Self>,
         value: FloatTensor<Self>,
-        scale: f32,
+        call: FusedCall,
     ) -> FloatTensor<Self> {
-        host_forward::<Self>(query, key, value, scale).0
+        host_forward::<Self>(query, key, value, call).0
     }
 }
 
@@ -40,15 +54,15 @@ impl FusedAttentionBackend for Flex {}
 impl FusedAttentionBackend for NdArray {}
 
 impl<B: Backend, C: CheckpointStrategy> FusedAttentionBackend for Autodiff<B, C> {
-    fn fused_attention(query: FloatTensor<Self>, key: FloatTensor<Self>, value: FloatTensor<Self>, scale: f32) -> FloatTensor<Self> {
+    fn fused_attention(query: FloatTensor<Self>, key: FloatTensor<Self>, value: FloatTensor<Self>, call: FusedCall) -> FloatTensor<Self> {
         let nodes = [query.node(), key.node(), value.node()];
         let (query, key, value) = (query.into_primitive(), key.into_primitive(), value.into_primitive());
         match FusedAttentionBackward.prepare::<C>(nodes).compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let (output, saved) = host_forward::<B>(query, key, value, scale);
+                let (output, saved) = host_forward::<B>(query, key, value, call);
                 prep.finish(Arc::new(saved), output)
             }
-            OpsKind::UnTracked(prep) => prep.finish(host_forward::<B>(query, key, value, scale).0),
+            OpsKind::UnTracked(prep) => prep.finish(host_forward::<B>(query, key, value, call).0),
         }
     }
 }
@@ -80,7 +94,7 @@ fn host_forward<B: Backend>(
     query: FloatTensor<B>, // [B, T, h, dk]
     key: FloatTensor<B>,   // [B, S, h, dk]
     value: FloatTensor<B>, // [B, S, h, dv]
-    scale: f32,
+    call: FusedCall,
 ) -> (FloatTensor<B>, kernel::Forward) {
     let (device, dtype) = (query.device(), query.dtype());
     let (query, query_shape) = to_host::<B>(query);
@@ -89,7 +103,8 @@ fn host_forward<B: Backend>(
     let [batch, query_len, heads, key_dim] = query_shape;
     let [_, source_len, _, value_dim] = value_shape;
     let dims = Dims { batch, heads, query_len, source_len, key_dim, value_dim };
-    let (output, saved) = kernel::forward(query, key, value, dims, scale);
+    let mask = Mask::with_mask(call.causal, call.rows, call.allowed, dims);
+    let (output, saved) = kernel::forward(query, key, value, dims, call.scale, mask);
     // The kernel computes in float32; the output keeps the input's precision.
     let output = TensorData::new(output, [batch, query_len, heads, value_dim]).convert_dtype(dtype);
     (B::float_from_data(output, &device), saved)
@@ -104,22 +119,30 @@ fn to_host<B: Backend>(tensor: FloatTensor<B>) -> (Vec<f32>, [usize; 4]) {
     (values, shape)
 }
 
-/// Whether [`fused_attention`] runs on `device` for heads of these widths: the host-memory CPU
-/// backends (flex, ndarray), and widths up to the kernel's largest ([`kernel::WIDTHS`]).
-pub fn supports(device: &burn::tensor::Device, key_dim: usize, value_dim: usize) -> bool {
+/// Whether [`fused_attention`] runs on `device`: the host-memory CPU backends (flex, ndarray).
+pub fn supports(device: &burn::tensor::Device) -> bool {
     use burn::backend::DispatchDevice;
-    let host_memory = matches!(device.clone().without_autodiff().as_dispatch(), DispatchDevice::Flex(_) | DispatchDevice::NdArray(_));
-    host_memory && Dims { batch: 1, heads: 1, query_len: 1, source_len: 1, key_dim, value_dim }.width().is_some()
+    matches!(device.clone().without_autodiff().as_dispatch(), DispatchDevice::Flex(_) | DispatchDevice::NdArray(_))
 }
 
-/// `softmax(scale · q kᵀ) v` per head through the fused kernel: `[B, T, h, dk]`, `[B, S, h, dk]`,
-/// `[B, S, h, dv]` -> `[B, T, h, dv]` (heads last). Differentiable. Only where [`supports`] says.
-pub fn fused_attention(query: Tensor<4>, key: Tensor<4>, value: Tensor<4>, scale: f32) -> Tensor<4> {
+/// `softmax(scale · q kᵀ, mask) v` per head through the fused kernel: `[B, T, h, dk]`,
+/// `[B, S, h, dk]`, `[B, S, h, dv]` -> `[B, T, h, dv]` (heads last). Differentiable. Only where
+/// [`supports`] says.
+pub fn fused_attention(query: Tensor<4>, key: Tensor<4>, value: Tensor<4>, call: FusedCall) -> Tensor<4> {
     let output = <Dispatch as FusedAttentionBackend>::fused_attention(
         query.into_dispatch(),
         key.into_dispatch(),
         value.into_dispatch(),
-        scale,
+        call,
     );
     Tensor::from_dispatch(output) // [B, T, h, dv]
+}
+
+impl BoolMask {
+    /// A mask tensor (`true` = may attend) `[Bm, Hm, Tm, S]` read to the host.
+    pub fn from_tensor(allowed: Tensor<4, Bool>) -> Self {
+        let dims = allowed.dims();
+        let data = allowed.into_data();
+        Self { dims, allowed: data.iter::<bool>().collect() }
+    }
 }

@@ -1,0 +1,375 @@
+//! Which (query, key) pairs the fused kernel may attend, without a `[B, h, T, S]` tensor.
+//!
+//! A call's rule is the AND of up to three parts, all in Keras' polarity (`true` = may attend):
+//!
+//! * the causal rule, top-left aligned as Keras' `use_causal_mask` and torch's `is_causal`
+//!   build it: query `t` may attend key `s` iff `s <= t` (computed, never stored);
+//! * an explicit boolean mask `[Bm, Hm, Tm, S]`, broadcast over batch (`Bm = 1`), heads (`Hm = 1`)
+//!   and queries (`Tm = 1`, a key-padding mask), packed into bits;
+//! * the key bound: padded keys `s >= S` are never attended.
+//!
+//! The kernel reads the bits in two orientations, 16 query rows of one key in a `u16` (the forward
+//! pass and `dq`) and 16 keys of one query row (`dk`, `dv`), and skips whole tiles that the rule
+//! blocks: the keys past the diagonal of a causal call, the padded tail of a key-padding mask.
+//!
+//! What a query row with no allowed key gets is part of the rule ([`FullyMaskedRows`]).
+
+use rayon::prelude::*;
+
+use crate::attention::FullyMaskedRows;
+
+use super::kernel::{Dims, LANES};
+
+/// Every lane allowed.
+pub const FULL: u16 = u16::MAX;
+
+/// An explicit boolean mask on the host: `allowed[((b * Hm + h) * Tm + t) * S + s]`, `true` = query
+/// `t` may attend key `s`, with `dims = [Bm, Hm, Tm, S]` and each of `Bm`, `Hm`, `Tm` either 1
+/// (broadcast) or the call's size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoolMask {
+    pub dims: [usize; 4],
+    pub allowed: Vec<bool>,
+}
+
+impl BoolMask {
+    /// Drops what the mask does not need: `None` when it allows every pair, and a key-padding mask
+    /// (`Tm = 1`) when every query row of each slice is the same (Keras users pass padding as a
+    /// full `[B, T, S]` mask).
+    pub fn compact(self) -> Option<BoolMask> {
+        if self.allowed.iter().all(|&a| a) {
+            return None;
+        }
+        let [bm, hm, tm, s] = self.dims;
+        if tm > 1 && s > 0 {
+            let slices = self.allowed.chunks_exact(tm * s);
+            let rows_equal = slices.clone().all(|slice| slice.chunks_exact(s).all(|row| row == &slice[..s]));
+            if rows_equal {
+                let allowed = slices.flat_map(|slice| slice[..s].iter().copied()).collect();
+                return Some(BoolMask { dims: [bm, hm, 1, s], allowed });
+            }
+        }
+        Some(self)
+    }
+}
+
+/// The masking rule of one call, ready for the kernel.
+#[derive(Debug, Clone)]
+pub struct Mask {
+    pub causal: bool,
+    pub rows: FullyMaskedRows,
+    bits: Option<MaskBits>,
+}
+
+/// An explicit mask packed into bits, in both orientations, with the extent of each tile.
+#[derive(Debug, Clone)]
+struct MaskBits {
+    /// `[Bm, Hm]`: the slices, broadcast where 1.
+    slices: [usize; 2],
+    /// `Tm == T`: a mask per query row (else one row for all, a key-padding mask).
+    per_row: bool,
+    /// `[slices][Tb][S']`: bit `i` = row `tb * 16 + i` may attend key `s`. `Tb = 1` when not `per_row`.
+    row_bits: Vec<u16>,
+    /// `[slices][Sb][Tk]`: bit `i` = key `sb * 16 + i` may be attended by row `t`. `Tk = 1` when not `per_row`.
+    key_bits: Vec<u16>,
+    /// `[slices][Tb]`: the keys `[lo, hi)` some row of the block may attend.
+    row_extents: Vec<(usize, usize)>,
+    /// `[slices][Sb]`: the queries `[lo, hi)` that may attend some key of the block.
+    key_extents: Vec<(usize, usize)>,
+}
+
+impl Mask {
+    /// No explicit mask: only the causal rule (if any) and the key bound.
+    pub fn new(causal: bool, rows: FullyMaskedRows) -> Self {
+        Self { causal, rows, bits: None }
+    }
+
+    /// The rule for `dims` with an explicit mask, which must broadcast to `[B, h, T, S]`.
+    pub fn with_mask(causal: bool, rows: FullyMaskedRows, mask: Option<BoolMask>, dims: Dims) -> Self {
+        let bits = mask.and_then(BoolMask::compact).map(|mask| MaskBits::pack(&mask, dims));
+        Self { causal, rows, bits }
+    }
+
+    /// Whether some (query, key) pair of a non-empty call may be blocked.
+    pub fn is_trivial(&self) -> bool {
+        !self.causal && self.bits.is_none()
+    }
+
+    /// The rule as seen by 16 query rows `block * 16 ..` of (batch, head) pair `pair`.
+    #[inline]
+    pub fn row_block(&self, dims: &Dims, pair: usize, block: usize) -> RowBlock<'_> {
+        let first_row = block * LANES;
+        let mut keys = (0, dims.source_len);
+        let bits = self.bits.as_ref().map(|m| {
+            let slice = m.slice(dims, pair);
+            let tb = if m.per_row { dims.row_blocks() } else { 1 };
+            let tile = if m.per_row { block } else { 0 };
+            keys = m.row_extents[slice * tb + tile];
+            &m.row_bits[(slice * tb + tile) * dims.padded_source_len()..][..dims.padded_source_len()]
+        });
+        if self.causal {
+            keys.1 = keys.1.min(first_row + LANES); // the block's last row attends keys up to itself
+        }
+        RowBlock { first_row, source_len: dims.source_len, causal: self.causal, bits, keys: aligned(keys, dims.padded_source_len()) }
+    }
+
+    /// The rule as seen by 16 keys `block * 16 ..` of pair `pair`.
+    #[inline]
+    pub fn key_block(&self, dims: &Dims, pair: usize, block: usize) -> KeyBlock<'_> {
+        let first_key = block * LANES;
+        let mut queries = (0, dims.query_len);
+        let mut per_row = true;
+        let bits = self.bits.as_ref().map(|m| {
+            let slice = m.slice(dims, pair);
+            let sb = dims.key_blocks();
+            let tk = if m.per_row { dims.query_len } else { 1 };
+            per_row = m.per_row;
+            queries = m.key_extents[slice * sb + block];
+            &m.key_bits[(slice * sb + block) * tk..][..tk]
+        });
+        if self.causal {
+            queries.0 = queries.0.max(first_key); // rows before the block's first key attend none of it
+        }
+        let valid_keys = dims.source_len.saturating_sub(first_key).min(LANES);
+        KeyBlock {
+            first_key,
+            key_bound: low_bits(valid_keys),
+            query_len: dims.query_len,
+            causal: self.causal,
+            bits,
+            per_row,
+            queries: aligned(queries, dims.padded_query_len()),
+        }
+    }
+}
+
+/// `[lo, hi)` widened to whole lane blocks, empty when `lo >= hi`.
+fn aligned((lo, hi): (usize, usize), padded_len: usize) -> (usize, usize) {
+    if lo >= hi { (0, 0) } else { (lo / LANES * LANES, hi.next_multiple_of(LANES).min(padded_len)) }
+}
+
+/// The `n` lowest of 16 bits.
+#[inline(always)]
+fn low_bits(n: usize) -> u16 {
+    if n >= LANES { FULL } else { ((1u32 << n) - 1) as u16 }
+}
+
+/// Rows `first_row + i` that may attend key `key` under the causal rule: those with `t >= key`.
+#[inline(always)]
+fn causal_rows(first_row: usize, key: usize) -> u16 {
+    match key.checked_sub(first_row) {
+        None => FULL,
+        Some(shift) if shift >= LANES => 0,
+        Some(shift) => FULL << shift,
+    }
+}
+
+/// The rule for one block of 16 query rows.
+#[derive(Debug, Clone, Copy)]
+pub struct RowBlock<'a> {
+    first_row: usize,
+    source_len: usize,
+    causal: bool,
+    /// `[S']` for this block.
+    bits: Option<&'a [u16]>,
+    /// The keys to visit, `[lo, hi)` in whole lane blocks.
+    pub keys: (usize, usize),
+}
+
+impl RowBlock<'_> {
+    /// The block's rows (bit `i` = row `first_row + i`) that may attend `key`.
+    #[inline(always)]
+    pub fn bits(&self, key: usize) -> u16 {
+        let mut bits = if key < self.source_len { FULL } else { 0 };
+        if let Some(mask) = self.bits {
+            bits &= mask[key];
+        }
+        if self.causal {
+            bits &= causal_rows(self.first_row, key);
+        }
+        bits
+    }
+
+    /// Whether every row may attend every key below `hi`, so that no lane needs masking.
+    #[inline(always)]
+    pub fn all_allowed(&self, hi: usize) -> bool {
+        hi <= self.source_len && self.bits.is_none() && (!self.causal || hi <= self.first_row + 1)
+    }
+}
+
+/// The rule for one block of 16 keys.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyBlock<'a> {
+    first_key: usize,
+    /// The lanes that hold real keys (`s < S`).
+    key_bound: u16,
+    query_len: usize,
+    causal: bool,
+    /// `[T]` (or `[1]` for a key-padding mask) for this block.
+    bits: Option<&'a [u16]>,
+    per_row: bool,
+    /// The query rows to visit, `[lo, hi)` in whole lane blocks.
+    pub queries: (usize, usize),
+}
+
+impl KeyBlock<'_> {
+    /// The block's keys (bit `i` = key `first_key + i`) that query row `t` may attend.
+    #[inline(always)]
+    pub fn bits(&self, t: usize) -> u16 {
+        if t >= self.query_len {
+            return 0;
+        }
+        let mut bits = self.key_bound;
+        if let Some(mask) = self.bits {
+            bits &= mask[if self.per_row { t } else { 0 }];
+        }
+        if self.causal {
+            bits &= low_bits((t + 1).saturating_sub(self.first_key));
+        }
+        bits
+    }
+
+    /// Whether row `t .. t + n` may attend every key of the block.
+    #[inline(always)]
+    pub fn all_allowed(&self, t: usize, n: usize) -> bool {
+        t + n <= self.query_len && self.key_bound == FULL && self.bits.is_none() && (!self.causal || t >= self.first_key + LANES - 1)
+    }
+}
+
+impl MaskBits {
+    fn pack(mask: &BoolMask, dims: Dims) -> Self {
+        let [bm, hm, tm, s] = mask.dims;
+        assert!(bm == 1 || bm == dims.batch, "mask batch {bm} vs {}", dims.batch);
+        assert!(hm == 1 || hm == dims.heads, "mask heads {hm} vs {}", dims.heads);
+        assert!(tm == 1 || tm == dims.query_len, "mask rows {tm} vs {}", dims.query_len);
+        assert_eq!(s, dims.source_len, "mask keys");
+        let per_row = tm > 1 || dims.query_len == 1;
+        let slices = bm * hm;
+        let (padded_s, key_blocks) = (dims.padded_source_len(), dims.key_blocks());
+        let row_tiles = if per_row { dims.row_blocks() } else { 1 };
+        let key_rows = if per_row { dims.query_len } else { 1 };
+        let rows_of = |slice: usize| &mask.allowed[slice * tm * s..][..tm * s];
+
+        let mut row_bits = vec![0u16; slices * row_tiles * padded_s];
+        row_bits.par_chunks_mut(row_tiles * padded_s).enumerate().for_each(|(slice, out)| {
+            let allowed = rows_of(slice);
+            for (t, row) in allowed.chunks_exact(s.max(1)).enumerate().take(tm) {
+                let (tile, lane) = if per_row { (t / LANES, t % LANES) } else { (0, usize::MAX) };
+                let out = &mut out[tile * padded_s..][..s];
+                for (bits, &a) in out.iter_mut().zip(row) {
+                    // A key-padding row stands for every query row: all lanes or none.
+                    *bits |= match (a, per_row) {
+                        (false, _) => 0,
+                        (true, true) => 1 << lane,
+                        (true, false) => FULL,
+                    };
+                }
+            }
+        });
+        let mut key_bits = vec![0u16; slices * key_blocks * key_rows];
+        key_bits.par_chunks_mut(key_blocks * key_rows).enumerate().for_each(|(slice, out)| {
+            let allowed = rows_of(slice);
+            for (block, out) in out.chunks_exact_mut(key_rows).enumerate() {
+                for (t, bits) in out.iter_mut().enumerate() {
+                    let row = &allowed[t * s..][block * LANES..s.min((block + 1) * LANES)];
+                    *bits = row.iter().enumerate().fold(0, |bits, (i, &a)| bits | (u16::from(a) << i));
+                }
+            }
+        });
+        // Extents: the first and last non-empty entry of each tile's bits.
+        let extent = |bits: &[u16]| match (bits.iter().position(|&b| b != 0), bits.iter().rposition(|&b| b != 0)) {
+            (Some(lo), Some(hi)) => (lo, hi + 1),
+            _ => (0, 0),
+        };
+        let row_extents = row_bits.chunks_exact(padded_s).map(|tile| extent(&tile[..s])).collect();
+        let key_extents = key_bits
+            .chunks_exact(key_rows)
+            .map(|tile| match per_row {
+                true => extent(tile),
+                false => if tile[0] != 0 { (0, dims.query_len) } else { (0, 0) },
+            })
+            .collect();
+        Self { slices: [bm, hm], per_row, row_bits, key_bits, row_extents, key_extents }
+    }
+
+    /// The slice that (batch, head) pair `pair` reads.
+    #[inline]
+    fn slice(&self, dims: &Dims, pair: usize) -> usize {
+        let (batch, head) = (pair / dims.heads, pair % dims.heads);
+        let [bm, hm] = self.slices;
+        (if bm == 1 { 0 } else { batch }) * hm + if hm == 1 { 0 } else { head }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dims(query_len: usize, source_len: usize) -> Dims {
+        Dims { batch: 2, heads: 3, query_len, source_len, key_dim: 4, value_dim: 4 }
+    }
+
+    /// Every (pair, t, s) of both orientations against the rule written out.
+    fn check(mask: &Mask, d: Dims, allowed: impl Fn(usize, usize, usize) -> bool) {
+        for pair in 0..d.batch * d.heads {
+            for t in 0..d.query_len {
+                let rows = mask.row_block(&d, pair, t / LANES);
+                for s in 0..d.padded_source_len() {
+                    let want = s < d.source_len && allowed(pair, t, s);
+                    assert_eq!(rows.bits(s) >> (t % LANES) & 1 == 1, want, "rows: pair {pair} t {t} s {s}");
+                    let keys = mask.key_block(&d, pair, s / LANES);
+                    assert_eq!(keys.bits(t) >> (s % LANES) & 1 == 1, want, "keys: pair {pair} t {t} s {s}");
+                    if want {
+                        assert!(rows.keys.0 <= s && s < rows.keys.1, "row extent {:?} misses {s}", rows.keys);
+                        assert!(keys.queries.0 <= t && t < keys.queries.1, "key extent {:?} misses {t}", keys.queries);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn causal_rule_is_top_left_aligned() {
+        for (t, s) in [(5, 9), (37, 20), (16, 16), (1, 40)] {
+            check(&Mask::new(true, FullyMaskedRows::Zero), dims(t, s), |_, t, s| s <= t);
+        }
+    }
+
+    #[test]
+    fn explicit_masks_of_every_broadcast_with_the_causal_rule() {
+        let d = dims(19, 37);
+        let pattern = |b: usize, h: usize, t: usize, s: usize| (b * 7 + h * 5 + t * 3 + s) % 4 != 0;
+        for [bm, hm, tm] in [[2, 1, 19], [1, 1, 19], [2, 3, 19], [2, 1, 1], [1, 3, 1]] {
+            let mut allowed = Vec::new();
+            for b in 0..bm {
+                for h in 0..hm {
+                    for t in 0..tm {
+                        allowed.extend((0..37).map(|s| pattern(b, h, t, s)));
+                    }
+                }
+            }
+            let mask = BoolMask { dims: [bm, hm, tm, 37], allowed };
+            for causal in [false, true] {
+                let rule = Mask::with_mask(causal, FullyMaskedRows::Zero, Some(mask.clone()), d);
+                check(&rule, d, |pair, t, s| {
+                    let (b, h) = (pair / 3, pair % 3);
+                    let at = |n: usize, i: usize| if n == 1 { 0 } else { i };
+                    pattern(at(bm, b), at(hm, h), at(tm, t), s) && (!causal || s <= t)
+                });
+            }
+        }
+    }
+
+    #[test]
+    fn padding_given_as_a_full_mask_becomes_a_key_mask() {
+        let lengths = [5usize, 37];
+        let allowed = lengths.iter().flat_map(|&n| (0..19).flat_map(move |_| (0..37).map(move |s| s < n))).collect();
+        let mask = BoolMask { dims: [2, 1, 19, 37], allowed }.compact().unwrap();
+        assert_eq!(mask.dims, [2, 1, 1, 37]);
+        let d = dims(19, 37);
+        let rule = Mask::with_mask(false, FullyMaskedRows::Zero, Some(mask), d);
+        check(&rule, d, |pair, _, s| s < lengths[pair / 3]);
+        assert_eq!(rule.row_block(&d, 0, 0).keys, (0, 16), "keys past the length are skipped");
+        assert!(BoolMask { dims: [1, 1, 2, 3], allowed: vec![true; 6] }.compact().is_none());
+    }
+}
