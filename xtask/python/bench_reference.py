@@ -1,76 +1,72 @@
 #!/usr/bin/env python3
-"""Reference side of the attention benchmark: PyTorch and TensorFlow/Keras on the same problem.
+"""Reference side of `cargo xtask bench`: PyTorch and TensorFlow/Keras on the same rows.
 
-    python3 xtask/python/bench_reference.py [--threads 2] [--quick] [--json OUT] [--only torch|tensorflow]
+    python3 xtask/python/bench_reference.py --cases CASES.json [--threads 2] [--quick] [--json OUT]
+                                            [--only torch|tensorflow] [--no-rss]
 
-Problem (defaults = the project's seed shape): x [batch=32, seq_len=136, features=4] -> [32, 136, 4],
-MSE loss against fixed random targets, Adam lr 1e-3. Models:
+CASES.json is a list of rows written by `cargo xtask bench`, each
+`{"shape": {"batch", "seq_len", "features", "heads", "key_dim"}, "mask": "none|causal|padding",
+"model": "keras|projected"}`. Without --cases the seed's row (32,136,4,6x4) is measured with every
+mask and both models.
 
-* torch `keras_style_sdpa`: the Keras MultiHeadAttention function written in torch: q/k/v
-  Linear(F -> h*k), split heads, `F.scaled_dot_product_attention`, output Linear(h*k -> F).
-* torch `keras_style_manual`: the same, with an explicit `softmax(q k^T * scale) v`.
-* torch `projected_mha`: Linear(F, h*k) -> nn.MultiheadAttention(h*k, h, batch_first=True)
-  (need_weights=False) -> Linear(h*k, F).
-* tensorflow `keras_mha`: the real `keras.layers.MultiHeadAttention(h, k)` self-attention, forward and
-  train step each wrapped in `tf.function(jit_compile=False)`; `keras_mha_xla` is the same with
-  `jit_compile=True` (left out, with a note in `errors`, if XLA fails).
+Every row is x [B, T, D] -> [B, T, D], MSE against fixed random targets, Adam lr 1e-3; masks are
+the same as ours in each library's own form (padding lengths `T - T*(i+1)//(4B)`, at least 1):
 
-Phases: `forward` (inference: torch eval + no_grad, Keras training=False) and `train_step` (forward,
-backward, optimizer step). After warm-up, each rep is timed with time.perf_counter, with the result
-pulled to the host (`.item()` / `.numpy()`) inside the timed region. Reported: median, p10, p90 (ms) and
-samples/s = batch / median.
+* keras rows
+  * torch `keras_style_sdpa`: the Keras MultiHeadAttention function written in torch (q/k/v
+    Linear(D -> h*k), split heads, `F.scaled_dot_product_attention`, output Linear(h*k -> D));
+    causal: `is_causal=True`; padding: a boolean `attn_mask [B, 1, 1, S]`.
+  * tensorflow `keras_mha`: the real `keras.layers.MultiHeadAttention(h, k)`, forward and train
+    step each in `tf.function`; causal: `use_causal_mask=True`; padding: `attention_mask [B, T, S]`.
+* projected rows
+  * torch `projected_mha`: Linear(D, h*k) -> nn.MultiheadAttention(h*k, h, batch_first=True)
+    (need_weights=False) -> Linear(h*k, D); causal: boolean `attn_mask [T, S]` with `is_causal=True`;
+    padding: `key_padding_mask [B, S]`.
+  * torch `projected_sdpa`: the same function with `F.scaled_dot_product_attention`.
 
-Peak memory: for each framework, a fresh child process (importing only that framework) builds the
-model(s) and runs 20 train steps of `keras_style_sdpa` (torch) / `keras_mha` (tensorflow) and reports its
-own ru_maxrss.
+Phases: `forward` (inference: torch eval + no_grad, Keras training=False) and `train_step`
+(forward, backward, optimizer step). Each is timed with time.perf_counter after warm-up, the
+result pulled to the host inside the timed region; the number of repetitions is capped by a time
+budget per row (as on our side), so large rows do not take minutes. Peak memory: for each row,
+a fresh child process (importing torch only) builds the row's torch model, takes 3 training steps
+and reports its own VmHWM.
 
-The JSON written by --json:
-  {"python", "torch", "tensorflow", "keras", "threads", "warmup", "reps",
-   "shape": {"batch", "seq_len", "features", "heads", "key_dim"},
-   "results": [{"framework", "model", "phase", "median_ms", "p10_ms", "p90_ms", "samples_per_s", "params"}],
-   "peak_rss_mb": {"torch", "tensorflow"}, "errors": [...], "loadavg_start": [...], "loadavg_end": [...]}
-
-Timings are only meaningful on otherwise idle cores: with 2 threads on 2 busy cores, torch's OpenMP
-threads were measured up to 20x slower (TensorFlow's own thread pool much less so). The script warns
-when the load average is high at the start and stores the load averages in the JSON.
+Timings are only meaningful on otherwise idle cores: with 2 threads on 2 busy cores torch's
+OpenMP threads were measured up to 20x slower. The load averages are stored in the JSON.
 """
 
 import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
 import time
 
 SEED = 20240611
-RSS_TRAIN_STEPS = 20
+RSS_TRAIN_STEPS = 3
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cases", metavar="FILE", help="the rows to measure (JSON list, written by cargo xtask bench)")
     p.add_argument("--threads", type=int, default=2, help="CPU threads for torch and TensorFlow (default 2)")
-    p.add_argument("--batch", type=int, default=32)
-    p.add_argument("--seq-len", type=int, default=136)
-    p.add_argument("--features", type=int, default=4)
-    p.add_argument("--heads", type=int, default=6)
-    p.add_argument("--key-dim", type=int, default=4)
-    p.add_argument("--warmup", type=int, default=10)
-    p.add_argument("--reps", type=int, default=50)
-    p.add_argument("--quick", action="store_true", help="warmup 2, reps 5")
+    p.add_argument("--quick", action="store_true", help="few repetitions: checks that the script works")
     p.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT")
     p.add_argument("--only", choices=["torch", "tensorflow"], help="benchmark one framework only")
-    p.add_argument("--no-rss", action="store_true", help="skip the peak-RSS child processes")
-    # Internal: run as the peak-RSS child for one framework, print {"peak_rss_mb": ...} and exit.
-    p.add_argument("--rss-child", choices=["torch", "tensorflow"], help=argparse.SUPPRESS)
+    p.add_argument("--no-rss", action="store_true", help="skip the peak-memory child processes")
+    # Internal: run as the peak-memory child for one row, print {"peak_rss_mb": ...} and exit.
+    p.add_argument("--rss-child", metavar="CASE_JSON", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.quick:
-        args.warmup, args.reps = 2, 5
-    if args.threads < 1 or args.reps < 1 or args.warmup < 0:
-        p.error("--threads and --reps must be >= 1, --warmup >= 0")
+    if args.threads < 1:
+        p.error("--threads must be >= 1")
     return args
+
+
+def repetitions(quick):
+    """(warm-up calls, timed calls, seconds of timed calls): the same policy as `Reps` in Rust."""
+    return (1, 3, 0.2) if quick else (10, 50, 3.0)
 
 
 def set_thread_env(threads):
@@ -86,7 +82,6 @@ def import_torch(threads):
     import torch._dynamo  # noqa: F401  (must be imported before tensorflow in this environment)
 
     torch.set_num_threads(threads)
-    # torch 2.15 names it set_num_interop_threads; older releases set_interop_threads.
     set_interop = getattr(torch, "set_num_interop_threads", None) or getattr(torch, "set_interop_threads", None)
     if set_interop is not None:
         try:
@@ -109,71 +104,85 @@ def import_tensorflow(threads):
     return tf, keras
 
 
+def padding_lengths(shape):
+    b, t = shape["batch"], shape["seq_len"]
+    return [max(1, t - t * (i + 1) // (4 * b)) for i in range(b)]
+
+
 def data(shape):
     import numpy as np
 
     rng = np.random.default_rng(SEED)
     b, t, f = shape["batch"], shape["seq_len"], shape["features"]
-    x = rng.standard_normal((b, t, f), dtype=np.float32)
-    y = rng.standard_normal((b, t, f), dtype=np.float32)
-    return x, y
+    return rng.standard_normal((b, t, f), dtype=np.float32), rng.standard_normal((b, t, f), dtype=np.float32)
+
+
+def case_name(case):
+    s = case["shape"]
+    return f"{s['batch']},{s['seq_len']},{s['features']},{s['heads']}x{s['key_dim']} {case['mask']} {case['model']}"
 
 
 # ----------------------------------------------------------------------------------------------------
-# torch models
+# torch
 # ----------------------------------------------------------------------------------------------------
 
 
-def torch_models(torch, shape):
-    nn = torch.nn
-    F = torch.nn.functional
-    feat, heads, kd = shape["features"], shape["heads"], shape["key_dim"]
+def torch_models(torch, case):
+    """The torch models of a row, by name, each a module taking x [B, T, D]."""
+    nn, F = torch.nn, torch.nn.functional
+    s, mask = case["shape"], case["mask"]
+    feat, heads, kd = s["features"], s["heads"], s["key_dim"]
+    b, t = s["batch"], s["seq_len"]
     width = heads * kd
+    keep = None  # [B, 1, 1, S], True = may attend (SDPA's boolean convention)
+    ignore = None  # [B, S], True = ignore (nn.MultiheadAttention's convention)
+    if mask == "padding":
+        positions = torch.arange(t)
+        ignore = torch.stack([positions >= n for n in padding_lengths(s)])
+        keep = (~ignore)[:, None, None, :]
+    causal = mask == "causal"
+    blocked_future = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1) if causal else None
+
+    def sdpa(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, is_causal=causal)
 
     class KerasStyle(nn.Module):
         """keras.layers.MultiHeadAttention(heads, kd) self-attention, written in torch."""
 
-        def __init__(self, sdpa):
+        def __init__(self):
             super().__init__()
-            self.sdpa = sdpa
-            self.query = nn.Linear(feat, width)
-            self.key = nn.Linear(feat, width)
-            self.value = nn.Linear(feat, width)
+            self.query, self.key, self.value = nn.Linear(feat, width), nn.Linear(feat, width), nn.Linear(feat, width)
             self.attention_output = nn.Linear(width, feat)
-            self.scale = 1.0 / kd**0.5
-
-        def split(self, u):
-            b, t, _ = u.shape
-            return u.view(b, t, heads, kd).transpose(1, 2)  # [B,h,T,k]
 
         def forward(self, x):
-            q, k, v = self.split(self.query(x)), self.split(self.key(x)), self.split(self.value(x))
-            if self.sdpa:
-                o = F.scaled_dot_product_attention(q, k, v)
-            else:
-                o = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * self.scale, dim=-1) @ v
-            b, _, t, _ = o.shape
+            split = lambda u: u.view(b, t, heads, kd).transpose(1, 2)  # noqa: E731  [B, h, T, k]
+            o = sdpa(split(self.query(x)), split(self.key(x)), split(self.value(x)))
             return self.attention_output(o.transpose(1, 2).reshape(b, t, width))
 
     class Projected(nn.Module):
-        """Linear(F, h*k) -> nn.MultiheadAttention(h*k, h, batch_first=True) -> Linear(h*k, F)."""
+        """Linear(D, h*k) -> nn.MultiheadAttention(h*k, h, batch_first=True) -> Linear(h*k, D)."""
 
-        def __init__(self):
+        def __init__(self, use_sdpa):
             super().__init__()
+            self.use_sdpa = use_sdpa
             self.proj = nn.Linear(feat, width)
             self.mha = nn.MultiheadAttention(width, heads, batch_first=True)
             self.final = nn.Linear(width, feat)
 
         def forward(self, x):
             z = self.proj(x)
-            return self.final(self.mha(z, z, z, need_weights=False)[0])
+            if self.use_sdpa:
+                q, k, v = F.linear(z, self.mha.in_proj_weight, self.mha.in_proj_bias).chunk(3, dim=-1)
+                split = lambda u: u.view(b, t, heads, kd).transpose(1, 2)  # noqa: E731
+                o = sdpa(split(q), split(k), split(v)).transpose(1, 2).reshape(b, t, width)
+                return self.final(self.mha.out_proj(o))
+            out = self.mha(z, z, z, need_weights=False, key_padding_mask=ignore, attn_mask=blocked_future, is_causal=causal)[0]
+            return self.final(out)
 
     torch.manual_seed(SEED)
-    return {
-        "keras_style_sdpa": KerasStyle(sdpa=True),
-        "keras_style_manual": KerasStyle(sdpa=False),
-        "projected_mha": Projected(),
-    }
+    if case["model"] == "keras":
+        return {"keras_style_sdpa": KerasStyle()}
+    return {"projected_mha": Projected(use_sdpa=False), "projected_sdpa": Projected(use_sdpa=True)}
 
 
 def torch_steps(torch, model, x, y):
@@ -185,8 +194,7 @@ def torch_steps(torch, model, x, y):
         model.eval()
         with torch.no_grad():
             out = model(x)
-        out.sum().item()  # pull a result to the host (no-op synchronisation on CPU)
-        return out
+        out.sum().item()
 
     def train_step():
         model.train()
@@ -204,22 +212,31 @@ def torch_steps(torch, model, x, y):
 # ----------------------------------------------------------------------------------------------------
 
 
-def keras_steps(tf, keras, shape, x, y, jit_compile):
+def keras_steps(tf, keras, case, x, y):
+    s, mask = case["shape"], case["mask"]
     keras.utils.set_random_seed(SEED)
-    layer = keras.layers.MultiHeadAttention(num_heads=shape["heads"], key_dim=shape["key_dim"])
+    layer = keras.layers.MultiHeadAttention(num_heads=s["heads"], key_dim=s["key_dim"])
     xt, yt = tf.constant(x), tf.constant(y)
-    layer(xt, xt)  # build
+    causal = mask == "causal"
+    attention_mask = None
+    if mask == "padding":
+        import numpy as np
+
+        t = s["seq_len"]
+        keys = np.arange(t)[None, None, :] < np.array(padding_lengths(s))[:, None, None]
+        attention_mask = tf.constant(np.broadcast_to(keys, (s["batch"], t, t)))
+    layer(xt, xt, attention_mask=attention_mask, use_causal_mask=causal)  # build
     opt = keras.optimizers.Adam(learning_rate=1e-3)
     opt.build(layer.trainable_variables)
 
-    @tf.function(jit_compile=jit_compile)
+    @tf.function
     def fwd(inp):
-        return layer(inp, inp, training=False)
+        return layer(inp, inp, attention_mask=attention_mask, use_causal_mask=causal, training=False)
 
-    @tf.function(jit_compile=jit_compile)
+    @tf.function
     def step(inp, target):
         with tf.GradientTape() as tape:
-            out = layer(inp, inp, training=True)
+            out = layer(inp, inp, attention_mask=attention_mask, use_causal_mask=causal, training=True)
             loss = tf.reduce_mean(tf.square(out - target))
         grads = tape.gradient(loss, layer.trainable_variables)
         opt.apply_gradients(zip(grads, layer.trainable_variables))
@@ -231,223 +248,166 @@ def keras_steps(tf, keras, shape, x, y, jit_compile):
     def train_step():
         return float(step(xt, yt).numpy())
 
-    params = int(sum(int(tf.size(v)) for v in layer.trainable_variables))
-    return forward, train_step, params
+    return forward, train_step
 
 
 # ----------------------------------------------------------------------------------------------------
 
 
-def time_it(fn, warmup, reps):
+def time_it(fn, quick):
+    warmup, reps, budget = repetitions(quick)
+    start = time.perf_counter()
     for _ in range(warmup):
         fn()
+        if time.perf_counter() - start > budget / 2:
+            break
     times = []
-    for _ in range(reps):
+    start = time.perf_counter()
+    while len(times) < reps and (len(times) < 3 or time.perf_counter() - start < budget):
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
     return times
 
 
-def percentile(sorted_values, q):
-    """Linear-interpolation percentile (numpy's default) of an already sorted list."""
-    if len(sorted_values) == 1:
-        return sorted_values[0]
-    pos = (len(sorted_values) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(sorted_values) - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
-def summarise(framework, model, phase, times, batch, params):
+def summarise(case, framework, model, phase, times):
     s = sorted(times)
-    median = statistics.median(s)
     return {
+        "case": case,
         "framework": framework,
         "model": model,
         "phase": phase,
-        "median_ms": median,
-        "p10_ms": percentile(s, 0.10),
-        "p90_ms": percentile(s, 0.90),
-        "samples_per_s": batch / (median / 1e3),
-        "params": params,
+        "median_ms": statistics.median(s),
+        "p10_ms": s[int(round((len(s) - 1) * 0.1))],
+        "p90_ms": s[int(round((len(s) - 1) * 0.9))],
+        "reps": len(s),
     }
 
 
-def bench_torch(torch, shape, args, results):
-    import numpy as np
-
-    x_np, y_np = data(shape)
+def bench_torch(torch, case, quick, results):
+    x_np, y_np = data(case["shape"])
     x, y = torch.from_numpy(x_np), torch.from_numpy(y_np)
-    for name, model in torch_models(torch, shape).items():
-        params = sum(p.numel() for p in model.parameters())
+    for name, model in torch_models(torch, case).items():
         forward, train_step = torch_steps(torch, model, x, y)
         for phase, fn in (("forward", forward), ("train_step", train_step)):
-            times = time_it(fn, args.warmup, args.reps)
-            results.append(summarise("torch", name, phase, times, shape["batch"], params))
-            print_row(results[-1])
-        assert np.isfinite(train_step())
-
-
-def bench_tensorflow(tf, keras, shape, args, results, errors):
-    x, y = data(shape)
-    for name, jit in (("keras_mha", False), ("keras_mha_xla", True)):
-        try:
-            forward, train_step, params = keras_steps(tf, keras, shape, x, y, jit)
-            forward()  # trace / compile outside the timing (the warm-up would too, even with --warmup 0)
-            train_step()
-        except Exception as e:  # noqa: BLE001 - XLA may be unavailable; report and go on
-            if not jit:
-                raise
-            errors.append(f"{name}: jit_compile=True failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
-            print(f"  ({errors[-1]})")
-            continue
-        for phase, fn in (("forward", forward), ("train_step", train_step)):
-            times = time_it(fn, args.warmup, args.reps)
-            results.append(summarise("tensorflow", name, phase, times, shape["batch"], params))
+            results.append(summarise(case, "torch", name, phase, time_it(fn, quick)))
             print_row(results[-1])
 
 
-def print_header():
-    print(f"{'framework':<11} {'model':<19} {'phase':<10} {'median ms':>10} {'p10 ms':>9} {'p90 ms':>9} {'samples/s':>11} {'params':>7}")
+def bench_tensorflow(tf, keras, case, quick, results):
+    if case["model"] != "keras":
+        return
+    x, y = data(case["shape"])
+    forward, train_step = keras_steps(tf, keras, case, x, y)
+    forward()  # trace outside the timing
+    train_step()
+    for phase, fn in (("forward", forward), ("train_step", train_step)):
+        results.append(summarise(case, "tensorflow", "keras_mha", phase, time_it(fn, quick)))
+        print_row(results[-1])
 
 
 def print_row(r):
-    print(
-        f"{r['framework']:<11} {r['model']:<19} {r['phase']:<10} {r['median_ms']:>10.3f} {r['p10_ms']:>9.3f} "
-        f"{r['p90_ms']:>9.3f} {r['samples_per_s']:>11.0f} {r['params']:>7}",
-        flush=True,
-    )
+    print(f"  {case_name(r['case']):<34} {r['framework']:<10} {r['model']:<17} {r['phase']:<10} "
+          f"{r['median_ms']:>10.2f} ms ({r['reps']} reps)", flush=True)
 
 
 # ----------------------------------------------------------------------------------------------------
-# peak RSS
+# peak memory
 # ----------------------------------------------------------------------------------------------------
 
 
-def rss_child(framework, shape, threads):
-    """Build the framework's model(s), run RSS_TRAIN_STEPS train steps, print own peak RSS (MB)."""
-    x, y = data(shape)
-    if framework == "torch":
-        torch = import_torch(threads)
-        models = torch_models(torch, shape)
-        _, train_step = torch_steps(torch, models["keras_style_sdpa"], torch.from_numpy(x), torch.from_numpy(y))
-    else:
-        tf, keras = import_tensorflow(threads)
-        _, train_step, _ = keras_steps(tf, keras, shape, x, y, jit_compile=False)
+def rss_child(case, threads):
+    """Build the row's first torch model, take RSS_TRAIN_STEPS train steps, print own peak RSS (MB)."""
+    torch = import_torch(threads)
+    x, y = data(case["shape"])
+    model = next(iter(torch_models(torch, case).values()))
+    _, train_step = torch_steps(torch, model, torch.from_numpy(x), torch.from_numpy(y))
     for _ in range(RSS_TRAIN_STEPS):
         train_step()
     print(json.dumps({"peak_rss_mb": own_peak_rss_mb()}))
 
 
 def own_peak_rss_mb():
-    """Peak RSS of this process image in MB.
-
-    On Linux, VmHWM from /proc/self/status: ru_maxrss would also count the parent's RSS at fork time
-    (the kernel carries the pre-exec high-water mark over into the child's ru_maxrss).
-    """
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024  # kB
-    except OSError:
-        pass
-    # Linux reports ru_maxrss in KiB, macOS in bytes.
-    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return maxrss / 1024 / (1024 if sys.platform == "darwin" else 1)
+    """VmHWM of this process in MB (ru_maxrss would count the parent's RSS at fork time)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return None
 
 
-def measure_rss(framework, args, errors):
-    cmd = [
-        sys.executable, os.path.abspath(__file__), "--rss-child", framework, "--threads", str(args.threads),
-        "--batch", str(args.batch), "--seq-len", str(args.seq_len), "--features", str(args.features),
-        "--heads", str(args.heads), "--key-dim", str(args.key_dim),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+def measure_rss(case, threads, errors):
+    cmd = [sys.executable, os.path.abspath(__file__), "--rss-child", json.dumps(case), "--threads", str(threads)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
-        errors.append(f"peak_rss {framework}: child exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
+        errors.append(f"peak memory of {case_name(case)}: child exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
         return None
     for line in reversed(proc.stdout.strip().splitlines()):
         if line.startswith("{"):
             return json.loads(line)["peak_rss_mb"]
-    errors.append(f"peak_rss {framework}: no result from child")
+    errors.append(f"peak memory of {case_name(case)}: no result from the child")
     return None
 
 
 # ----------------------------------------------------------------------------------------------------
 
 
-def installed_version(*dists):
-    """Version of an installed distribution without importing it (None when absent)."""
-    from importlib import metadata
-
-    for dist in dists:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
-    return None
+def default_cases():
+    shape = {"batch": 32, "seq_len": 136, "features": 4, "heads": 6, "key_dim": 4}
+    return [{"shape": shape, "mask": m, "model": model} for model in ("keras", "projected") for m in ("none", "causal", "padding")]
 
 
 def main(argv=None):
     args = parse_args(argv)
     set_thread_env(args.threads)
-    shape = {
-        "batch": args.batch,
-        "seq_len": args.seq_len,
-        "features": args.features,
-        "heads": args.heads,
-        "key_dim": args.key_dim,
-    }
     if args.rss_child:
-        rss_child(args.rss_child, shape, args.threads)
+        rss_child(json.loads(args.rss_child), args.threads)
         return 0
+    if args.cases:
+        with open(args.cases) as f:
+            cases = json.load(f)
+    else:
+        cases = default_cases()
     errors = []
     load_start = list(os.getloadavg())
     if load_start[0] > 0.5:
         print(f"warning: 1-minute load average is {load_start[0]:.2f} before the benchmark; torch's OpenMP "
               "threads slow down by up to 20x when other processes compete for the cores", flush=True)
-
     frameworks = [args.only] if args.only else ["torch", "tensorflow"]
-    # Peak RSS first, while this process is still small (its children start as forks of it).
-    peak = {} if args.no_rss else {fw: measure_rss(fw, args, errors) for fw in frameworks}
+
+    # Peak memory first, while this process is still small.
+    peak = []
+    if not args.no_rss and "torch" in frameworks:
+        for case in cases:
+            peak.append({"case": case, "framework": "torch", "peak_rss_mb": measure_rss(case, args.threads, errors)})
 
     # torch is always imported first (importing it after tensorflow aborts with an LLVM error here).
     torch = import_torch(args.threads)
     tf = keras = None
     if "tensorflow" in frameworks:
         tf, keras = import_tensorflow(args.threads)
-
-    print(
-        f"python {platform.python_version()}, torch {torch.__version__}"
-        + (f", tensorflow {tf.__version__}, keras {keras.__version__}" if tf else "")
-        + f"; threads {args.threads}; x [{args.batch},{args.seq_len},{args.features}], heads {args.heads}, "
-        f"key_dim {args.key_dim}; warmup {args.warmup}, reps {args.reps}",
-        flush=True,
-    )
-    print_header()
+    print(f"python {platform.python_version()}, torch {torch.__version__}"
+          + (f", tensorflow {tf.__version__}, keras {keras.__version__}" if tf else "")
+          + f"; {args.threads} threads; {len(cases)} rows", flush=True)
     results = []
-    if "torch" in frameworks:
-        bench_torch(torch, shape, args, results)
-    if "tensorflow" in frameworks:
-        bench_tensorflow(tf, keras, shape, args, results, errors)
-
-    if peak:
-        print("peak RSS (fresh process, model(s) + %d train steps): %s" % (
-            RSS_TRAIN_STEPS, ", ".join(f"{k} {v:.0f} MB" if v is not None else f"{k} n/a" for k, v in peak.items())))
+    for case in cases:
+        if "torch" in frameworks:
+            bench_torch(torch, case, args.quick, results)
+        if tf is not None:
+            try:
+                bench_tensorflow(tf, keras, case, args.quick, results)
+            except Exception as e:  # noqa: BLE001 - report and go on with the other rows
+                errors.append(f"tensorflow {case_name(case)}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
     for e in errors:
         print(f"note: {e}")
 
     report = {
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "tensorflow": tf.__version__ if tf else installed_version("tensorflow-cpu", "tensorflow"),
-        "keras": keras.__version__ if keras else installed_version("keras"),
+        "tensorflow": tf.__version__ if tf else None,
+        "keras": keras.__version__ if keras else None,
         "threads": args.threads,
-        "warmup": args.warmup,
-        "reps": args.reps,
-        "shape": shape,
+        "quick": args.quick,
         "results": results,
         "peak_rss_mb": peak,
         "errors": errors,
@@ -456,9 +416,11 @@ def main(argv=None):
     }
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
             json.dump(report, f, indent=2)
             f.write("\n")
+        os.replace(tmp, args.json)
     return 0
 
 

@@ -1,5 +1,6 @@
-//! `cargo xtask bench`: forward and training-step time of both models on every backend, beside
-//! PyTorch and TensorFlow measured in the same invocation, and the arithmetic floor of each.
+//! `cargo xtask bench`: forward and training-step times of both models over a sweep of shapes
+//! and masks, beside PyTorch and TensorFlow measured in the same invocation, each row's distance
+//! from the cores' FMA peak, and a sequence-length scaling series with its plot.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -7,168 +8,327 @@ use std::process::{Command, ExitCode};
 use anyhow::{Context, Result, bail};
 use model::Backend;
 use serde_json::{Value, json};
-use train::bench::{Reps, Shape, Timing, forward, matmul_gflops, parameters, peak_rss_mb, train_step};
+use train::bench::peak::{fma_peak_gflops, matmul_gflops, threads};
+use train::bench::{Case, MaskKind, Reps, Shape, Timing, forward, parameters, peak_rss_mb, train_step};
 use train::models::ModelKind;
 
 /// The long help of `cargo xtask bench --help`.
 pub const LONG_ABOUT: &str = "\
-Benchmark both models at the seed's shape (batch 32, 136 steps, 4 features, 6 heads of 4).
+Benchmark both models over a sweep of shapes (B,T,D,HxK) and masks (none, causal, padding):
+the forward pass (inference) and a training step (forward, MSE, backward, Adam).
 
-When a Python with torch and tensorflow is found (--python, $BENCH_PYTHON, or python3), it also
-runs xtask/python/bench_reference.py with the same shapes, thread count and optimizer, and
-prints ours/theirs for each pair (below 1 is faster). Results go to reports/bench/bench.json.";
+The default sweep is the seed's shape 32,136,4,6x4 and 8,512,256,8x32, 4,1024,512,8x64 and
+1,4096,64,4x16, every mask, on flex. Masks are Keras' (use_causal_mask, attention_mask from
+sequence lengths) for the Keras-exact layer and torch's (boolean attn_mask, key_padding_mask)
+for the projected model. Then a scaling series: the Keras-exact layer at 8192 tokens per batch,
+T = 128 to 8192 (B = 8192 / T), D = 64, 4 heads of 16, time and peak memory.
+
+When a Python with torch and tensorflow is found (--python, $BENCH_PYTHON, or python3), it runs
+xtask/python/bench_reference.py on the same rows (torch scaled_dot_product_attention, torch
+nn.MultiheadAttention, the real keras.layers.MultiHeadAttention) with the same thread count, and
+prints ours / fastest reference (below 1 is faster). Every row also states its floor: its FLOPs
+over the cores' float32 FMA peak, measured in the same run. Results: reports/bench/bench.json,
+reports/bench/scaling.md and scaling.png.";
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Few repetitions: checks that the benchmark works, not a measurement.
+    /// Few repetitions and small shapes: checks that the benchmark works, not a measurement.
     #[arg(long)]
     quick: bool,
+    /// A shape B,T,D,H,K to measure (repeatable; default: the sweep).
+    #[arg(long = "shape", value_name = "B,T,D,H,K")]
+    shapes: Vec<String>,
+    /// Comma-separated masks: none, causal, padding (default: all three).
+    #[arg(long, value_delimiter = ',')]
+    mask: Vec<String>,
+    /// Comma-separated models: keras, projected (default: both).
+    #[arg(long, value_delimiter = ',')]
+    model: Vec<String>,
+    /// Comma-separated backends (default: flex).
+    #[arg(long, value_delimiter = ',')]
+    backend: Vec<String>,
     /// Python interpreter with torch and tensorflow for the reference measurements.
     #[arg(long)]
     python: Option<PathBuf>,
-    /// Comma-separated backends (default: every backend with a device here).
-    #[arg(long, value_delimiter = ',')]
-    backend: Vec<String>,
     /// JSON output (default: reports/bench/bench.json, or bench-quick.json with --quick).
     #[arg(long)]
     json: Option<PathBuf>,
     /// Threads for the reference libraries (burn uses every core of the machine).
     #[arg(long, default_value_t = 2)]
     threads: usize,
-    /// Internal: run 20 training steps and print the peak resident memory.
-    #[arg(long, hide = true, value_names = ["BACKEND", "MODEL"], num_args = 2)]
+    /// Skip the sequence-length scaling series.
+    #[arg(long)]
+    no_scaling: bool,
+    /// Internal: take 3 training steps of one row and print the peak resident memory.
+    #[arg(long, hide = true, value_names = ["BACKEND", "MODEL", "MASK", "SHAPE"], num_args = 4)]
     memory_child: Option<Vec<String>>,
 }
 
-const MODELS: [ModelKind; 2] = [ModelKind::Keras, ModelKind::Projected];
+/// The scaling series: tokens per batch, and the sequence lengths.
+const SCALING_TOKENS: usize = 8192;
+const SCALING_LENGTHS: [usize; 7] = [128, 256, 512, 1024, 2048, 4096, 8192];
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let shape = Shape::SEED;
     if let Some(child) = &args.memory_child {
+        let case = child_case(child)?;
         let backend: Backend = child[0].parse()?;
-        let model = if child[1] == "keras" { ModelKind::Keras } else { ModelKind::Projected };
-        train_step(model, shape, &backend.device(Default::default())?, Reps { warmup: 0, measured: 20 })?;
+        train_step(case, &backend.device(Default::default())?, Reps { warmup: 0, measured: 3, budget: Default::default() })?;
         println!("{}", peak_rss_mb().context("no /proc/self/status")?);
         return Ok(ExitCode::SUCCESS);
     }
-    let reps = if args.quick { Reps { warmup: 1, measured: 3 } } else { Reps { warmup: 10, measured: 50 } };
-    let backends = match args.backend.is_empty() {
-        true => Backend::for_checks()?,
-        false => args.backend.iter().map(|b| b.parse()).collect::<Result<_, _>>()?,
-    };
+    let plan = Plan::from_args(&args)?;
     let root = train::paths::repo_root();
+    let reps = if args.quick { Reps::QUICK } else { Reps::FULL };
 
     // The reference first, so that neither side shares the cores with the other.
+    let all_cases: Vec<Case> = plan.cases.iter().chain(&plan.scaling).copied().collect();
     let reference = match python(&args) {
-        Some(python) => Some(run_reference(&python, &root, args.quick, args.threads)?),
+        Some(python) => Some(run_reference(&python, &root, &all_cases, args.quick, args.threads)?),
         None => {
             println!("note: no Python with torch and tensorflow (use --python or BENCH_PYTHON); reference skipped");
             None
         }
     };
 
+    println!("measuring the machine: FMA peak and matrix-product rates...");
+    let fma_peak = fma_peak_gflops();
+    let mut limits = vec![json!({ "what": "fma_peak", "gflops": fma_peak, "threads": threads() })];
+    let matmul_n = if args.quick { 256 } else { 1024 };
     let mut rows = Vec::new();
-    for &backend in &backends {
+    for &backend in &plan.backends {
         let device = backend.device(Default::default())?;
-        let gflops = matmul_gflops(&device, Reps { warmup: 2, measured: if args.quick { 3 } else { 20 } })?;
-        for model in MODELS {
-            let memory = peak_memory_child(backend, model)?;
-            for (phase, timing, flops) in [
-                ("forward", forward(model, shape, &device, reps)?, shape.forward_flops(model)),
-                ("train_step", train_step(model, shape, &device, reps)?, shape.train_flops(model)),
-            ] {
-                rows.push(Row { backend, model, phase, timing, floor_ms: flops / (gflops * 1e6), gflops, peak_rss_mb: memory });
+        let matmul = matmul_gflops(&device, matmul_n, if args.quick { Reps::QUICK } else { Reps { measured: 20, ..Reps::FULL } })?;
+        println!("  {backend}: matmul {matmul_n}^3 {matmul:.0} GFLOP/s; FMA peak {fma_peak:.0} GFLOP/s ({} threads)", threads());
+        limits.push(json!({ "what": "matmul", "backend": backend, "n": matmul_n, "gflops": matmul }));
+        for (series, cases) in [("sweep", &plan.cases), ("scaling", &plan.scaling)] {
+            for &case in cases {
+                println!("  {backend} {series}: {} {} {}", case.shape, case.mask, case.model);
+                let memory = peak_memory_child(backend, case)?;
+                for (phase, timing, flops) in [
+                    ("forward", forward(case, &device, reps)?, case.forward_flops()),
+                    ("train_step", train_step(case, &device, reps)?, case.train_flops()),
+                ] {
+                    rows.push(Row { series, backend, case, phase, timing, floor_ms: flops / (fma_peak * 1e6), peak_rss_mb: memory });
+                }
             }
         }
     }
 
-    print_table(&rows, reference.as_ref());
-    let json_path = args.json.unwrap_or_else(|| root.join("reports/bench").join(if args.quick { "bench-quick.json" } else { "bench.json" }));
+    let table = sweep_table(&rows, reference.as_ref());
+    println!("\n{table}");
+    let scaling = scaling_table(&rows, reference.as_ref());
+    if !plan.scaling.is_empty() {
+        println!("{scaling}");
+    }
+    let bench_dir = root.join("reports/bench");
+    let json_path = args.json.clone().unwrap_or_else(|| bench_dir.join(if args.quick { "bench-quick.json" } else { "bench.json" }));
     let out = json!({
-        "shape": shape,
-        "params": { "keras": parameters(ModelKind::Keras, shape)?, "projected": parameters(ModelKind::Projected, shape)? },
         "quick": args.quick,
+        "limits": limits,
+        "params": plan.cases.iter().map(|c| Ok(json!({ "case": c, "params": parameters(*c)? }))).collect::<Result<Vec<_>>>()?,
         "rows": rows.iter().map(Row::to_json).collect::<Vec<_>>(),
         "reference": reference,
     });
     model::weights::write_atomic(&json_path, serde_json::to_string_pretty(&out)?.as_bytes())?;
     println!("wrote {}", json_path.display());
+    if !plan.scaling.is_empty() && !args.quick {
+        model::weights::write_atomic(&bench_dir.join("scaling.md"), scaling.as_bytes())?;
+        let points = scaling_points(&rows, reference.as_ref());
+        train::plot::scaling(&points, &bench_dir.join("scaling.png"))?;
+        println!("wrote {} and scaling.png", bench_dir.join("scaling.md").display());
+    }
     Ok(ExitCode::SUCCESS)
 }
 
+/// What one invocation measures.
+struct Plan {
+    backends: Vec<Backend>,
+    cases: Vec<Case>,
+    scaling: Vec<Case>,
+}
+
+impl Plan {
+    fn from_args(args: &Args) -> Result<Self> {
+        let shapes: Vec<Shape> = match (args.shapes.is_empty(), args.quick) {
+            (false, _) => args.shapes.iter().map(|s| s.parse()).collect::<Result<_>>()?,
+            (true, false) => Shape::SWEEP.to_vec(),
+            (true, true) => vec![Shape::SEED],
+        };
+        let masks: Vec<MaskKind> = match args.mask.is_empty() {
+            true => MaskKind::ALL.to_vec(),
+            false => args.mask.iter().map(|m| m.parse()).collect::<Result<_>>()?,
+        };
+        let models: Vec<ModelKind> = match args.model.is_empty() {
+            true => vec![ModelKind::Keras, ModelKind::Projected],
+            false => args.model.iter().map(|m| parse_model(m)).collect::<Result<_>>()?,
+        };
+        let backends = match args.backend.is_empty() {
+            true => vec![Backend::Flex],
+            false => args.backend.iter().map(|b| b.parse()).collect::<Result<_, _>>()?,
+        };
+        let mut cases = Vec::new();
+        for &shape in &shapes {
+            for &model in &models {
+                for &mask in &masks {
+                    cases.push(Case { shape, mask, model });
+                }
+            }
+        }
+        // The scaling series runs only with the default sweep (an explicit --shape asks for rows).
+        let scaling = match args.no_scaling || !args.shapes.is_empty() || args.quick {
+            true => Vec::new(),
+            false => SCALING_LENGTHS
+                .iter()
+                .map(|&t| Case {
+                    shape: Shape { batch: SCALING_TOKENS / t, seq_len: t, features: 64, heads: 4, key_dim: 16 },
+                    mask: MaskKind::None,
+                    model: ModelKind::Keras,
+                })
+                .collect(),
+        };
+        Ok(Self { backends, cases, scaling })
+    }
+}
+
+fn parse_model(name: &str) -> Result<ModelKind> {
+    match name {
+        "keras" => Ok(ModelKind::Keras),
+        "projected" => Ok(ModelKind::Projected),
+        _ => bail!("--model {name:?}: expected keras or projected"),
+    }
+}
+
+/// The row of a memory child's arguments `[backend, model, mask, shape]`.
+fn child_case(child: &[String]) -> Result<Case> {
+    Ok(Case { model: parse_model(&child[1])?, mask: child[2].parse()?, shape: child[3].parse()? })
+}
+
 struct Row {
+    series: &'static str,
     backend: Backend,
-    model: ModelKind,
+    case: Case,
     phase: &'static str,
     timing: Timing,
     floor_ms: f64,
-    gflops: f64,
     peak_rss_mb: Option<f64>,
 }
 
 impl Row {
     fn to_json(&self) -> Value {
         json!({
-            "backend": self.backend, "model": self.model, "phase": self.phase, "timing": self.timing,
-            "floor_ms": self.floor_ms, "matmul_gflops": self.gflops, "peak_rss_mb": self.peak_rss_mb,
+            "series": self.series, "backend": self.backend, "case": self.case, "phase": self.phase,
+            "timing": self.timing, "floor_ms": self.floor_ms, "peak_rss_mb": self.peak_rss_mb,
         })
     }
 }
 
-/// The reference entries that do what `model` does, by name.
+/// The reference entries measured for a row's model, by `framework/model` name.
 fn reference_names(model: ModelKind) -> &'static [&'static str] {
     match model {
-        ModelKind::Keras => &["torch/keras_style_sdpa", "torch/keras_style_manual", "tensorflow/keras_mha", "tensorflow/keras_mha_xla"],
-        _ => &["torch/projected_mha"],
+        ModelKind::Keras => &["torch/keras_style_sdpa", "tensorflow/keras_mha"],
+        _ => &["torch/projected_mha", "torch/projected_sdpa"],
     }
 }
 
-fn reference_ms(reference: &Value, name: &str, phase: &str) -> Option<f64> {
+/// The reference time of `name` for a row's case and phase.
+fn reference_ms(reference: &Value, name: &str, case: &Case, phase: &str) -> Option<f64> {
     let (framework, model) = name.split_once('/')?;
+    let case = serde_json::to_value(case).ok()?;
     reference["results"].as_array()?.iter().find_map(|r| {
-        (r["framework"] == framework && r["model"] == model && r["phase"] == phase).then(|| r["median_ms"].as_f64()).flatten()
+        (r["framework"] == framework && r["model"] == model && r["phase"] == phase && r["case"] == case).then(|| r["median_ms"].as_f64()).flatten()
     })
 }
 
-fn print_table(rows: &[Row], reference: Option<&Value>) {
-    println!("\n| model | phase | backend | ms (median) | samples/s | floor ms | ours/floor | peak RSS MB | ours / reference (ms) | ours / fastest |");
-    println!("|---|---|---|---:|---:|---:|---:|---:|---|---:|");
-    for r in rows {
-        let mut pairs = Vec::new();
-        let mut fastest: Option<f64> = None;
-        if let Some(reference) = reference {
-            for name in reference_names(r.model) {
-                if let Some(ms) = reference_ms(reference, name, r.phase) {
-                    pairs.push(format!("{name} {:.2} ({ms:.2})", r.timing.median_ms / ms));
-                    fastest = Some(fastest.map_or(ms, |f: f64| f.min(ms)));
-                }
-            }
-        }
-        println!(
-            "| {} | {} | {} | {:.2} | {:.0} | {:.2} | {:.1} | {} | {} | {} |",
-            r.model,
+fn reference_memory(reference: &Value, case: &Case) -> Option<f64> {
+    let case = serde_json::to_value(case).ok()?;
+    reference["peak_rss_mb"].as_array()?.iter().find_map(|r| (r["case"] == case).then(|| r["peak_rss_mb"].as_f64()).flatten())
+}
+
+/// The fastest reference for a row: its name and time.
+fn fastest(reference: Option<&Value>, case: &Case, phase: &str) -> Option<(&'static str, f64)> {
+    let reference = reference?;
+    let times = reference_names(case.model).iter().filter_map(|name| Some((*name, reference_ms(reference, name, case, phase)?)));
+    times.min_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+fn mb(value: Option<f64>) -> String {
+    value.map_or("-".into(), |m| format!("{m:.0}"))
+}
+
+fn sweep_table(rows: &[Row], reference: Option<&Value>) -> String {
+    let mut out = String::from(
+        "| shape B,T,D,HxK | mask | model | phase | backend | ours ms | fastest reference ms | ours / fastest | floor ms | ours / floor | ours MB | torch MB |\n\
+         |---|---|---|---|---|---:|---|---:|---:|---:|---:|---:|\n",
+    );
+    for r in rows.iter().filter(|r| r.series == "sweep") {
+        let best = fastest(reference, &r.case, r.phase);
+        out += &format!(
+            "| {} | {} | {} | {} | {} | {:.2} | {} | {} | {:.2} | {:.1} | {} | {} |\n",
+            r.case.shape,
+            r.case.mask,
+            r.case.model,
             r.phase,
             r.backend,
             r.timing.median_ms,
-            r.timing.samples_per_s,
+            best.map_or("-".into(), |(name, ms)| format!("{ms:.2} ({name})")),
+            best.map_or("-".into(), |(_, ms)| format!("**{:.2}**", r.timing.median_ms / ms)),
             r.floor_ms,
             r.timing.median_ms / r.floor_ms,
-            r.peak_rss_mb.map_or("-".into(), |m| format!("{m:.0}")),
-            if pairs.is_empty() { "-".into() } else { pairs.join("; ") },
-            fastest.map_or("-".into(), |f| format!("{:.2}", r.timing.median_ms / f)),
+            mb(r.peak_rss_mb),
+            mb(reference.and_then(|reference| reference_memory(reference, &r.case))),
         );
     }
-    if let Some(reference) = reference {
-        println!("\nreference peak RSS (MB): {}", reference["peak_rss_mb"]);
-    }
+    out
 }
 
-/// Peak resident memory of a fresh process that takes 20 training steps.
-fn peak_memory_child(backend: Backend, model: ModelKind) -> Result<Option<f64>> {
+fn scaling_points(rows: &[Row], reference: Option<&Value>) -> Vec<train::plot::ScalingPoint> {
+    let train = rows.iter().filter(|r| r.series == "scaling" && r.phase == "train_step");
+    train
+        .map(|r| {
+            let torch = reference.and_then(|reference| reference_ms(reference, "torch/keras_style_sdpa", &r.case, "train_step"));
+            train::plot::ScalingPoint {
+                seq_len: r.case.shape.seq_len,
+                ours_ms: r.timing.median_ms,
+                torch_ms: torch,
+                ours_mb: r.peak_rss_mb,
+                torch_mb: reference.and_then(|reference| reference_memory(reference, &r.case)),
+            }
+        })
+        .collect()
+}
+
+fn scaling_table(rows: &[Row], reference: Option<&Value>) -> String {
+    let mut out = format!(
+        "Scaling: the Keras-exact layer, {SCALING_TOKENS} tokens per batch (B = {SCALING_TOKENS} / T), D = 64, 4 heads of 16, no mask.\n\n\
+         | T | B | phase | ours ms | torch SDPA ms | ours / torch | ours MB | torch MB |\n|---:|---:|---|---:|---:|---:|---:|---:|\n"
+    );
+    for r in rows.iter().filter(|r| r.series == "scaling") {
+        let torch = reference.and_then(|reference| reference_ms(reference, "torch/keras_style_sdpa", &r.case, r.phase));
+        out += &format!(
+            "| {} | {} | {} | {:.2} | {} | {} | {} | {} |\n",
+            r.case.shape.seq_len,
+            r.case.shape.batch,
+            r.phase,
+            r.timing.median_ms,
+            torch.map_or("-".into(), |ms| format!("{ms:.2}")),
+            torch.map_or("-".into(), |ms| format!("{:.2}", r.timing.median_ms / ms)),
+            mb(r.peak_rss_mb),
+            mb(reference.and_then(|reference| reference_memory(reference, &r.case))),
+        );
+    }
+    out
+}
+
+/// Peak resident memory of a fresh process that takes 3 training steps of `case`.
+fn peak_memory_child(backend: Backend, case: Case) -> Result<Option<f64>> {
     let exe = std::env::current_exe()?;
-    let output = Command::new(exe).args(["bench", "--memory-child", backend.name(), model.name()]).output()?;
+    let shape = case.shape;
+    let shape_arg = format!("{},{},{},{},{}", shape.batch, shape.seq_len, shape.features, shape.heads, shape.key_dim);
+    let output = Command::new(exe)
+        .args(["bench", "--memory-child", backend.name(), case.model.name(), case.mask.name(), &shape_arg])
+        .output()?;
     if !output.status.success() {
-        bail!("memory measurement of {model} on {backend} failed: {}", String::from_utf8_lossy(&output.stderr));
+        bail!("memory measurement of {} {} {} on {backend} failed: {}", shape, case.mask, case.model, String::from_utf8_lossy(&output.stderr));
     }
     Ok(String::from_utf8_lossy(&output.stdout).lines().last().and_then(|l| l.trim().parse().ok()))
 }
@@ -180,15 +340,19 @@ fn python(args: &Args) -> Option<PathBuf> {
     ok.then_some(candidate)
 }
 
-fn run_reference(python: &Path, root: &Path, quick: bool, threads: usize) -> Result<Value> {
-    let json = std::env::temp_dir().join(format!("bench-reference-{}.json", std::process::id()));
+fn run_reference(python: &Path, root: &Path, cases: &[Case], quick: bool, threads: usize) -> Result<Value> {
+    let dir = std::env::temp_dir();
+    let cases_path = dir.join(format!("bench-cases-{}.json", std::process::id()));
+    let json = dir.join(format!("bench-reference-{}.json", std::process::id()));
+    std::fs::write(&cases_path, serde_json::to_string(cases)?).with_context(|| format!("cannot write {}", cases_path.display()))?;
     let mut command = Command::new(python);
-    command.arg(root.join("xtask/python/bench_reference.py")).args(["--threads", &threads.to_string(), "--json"]).arg(&json);
+    command.arg(root.join("xtask/python/bench_reference.py")).args(["--threads", &threads.to_string(), "--cases"]).arg(&cases_path).arg("--json").arg(&json);
     if quick {
         command.arg("--quick");
     }
-    println!("running the PyTorch/TensorFlow reference ({})...", python.display());
+    println!("running the PyTorch/TensorFlow reference on {} rows ({})...", cases.len(), python.display());
     let status = command.status().context("cannot run the reference script")?;
+    std::fs::remove_file(&cases_path).ok();
     if !status.success() {
         bail!("xtask/python/bench_reference.py failed ({status})");
     }
