@@ -33,7 +33,7 @@ use burn::nn::Linear;
 use burn::tensor::{Bool, Device, Tensor};
 
 use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, burn_fused_attention, merge_heads, scaled_logits, split_heads, transpose_heads};
-use crate::fused::{self, BoolMask, FusedCall};
+use crate::fused::{self, BoolMask, FusedCall, linear_forward};
 use crate::dense::{keras_glorot_linear, linear, linear_weights};
 use crate::error::{ModelError, Result};
 use crate::weights::WeightMap;
@@ -343,9 +343,9 @@ impl KerasMha {
         let (h, k) = (self.num_heads, self.key_dim);
         let key_input = input.key.unwrap_or_else(|| input.value.clone());
 
-        let q = split_heads(self.query.forward(input.query), h); // [B, T, h, k]
-        let kk = split_heads(self.key.forward(key_input), h); // [B, S, h, k]
-        let v = split_heads(self.value.forward(input.value), h); // [B, S, h, v]
+        let q = split_heads(linear_forward(&self.query, input.query), h); // [B, T, h, k]
+        let kk = split_heads(linear_forward(&self.key, key_input), h); // [B, S, h, k]
+        let v = split_heads(linear_forward(&self.value, input.value), h); // [B, S, h, v]
         // Keras rounds 1/sqrt(key_dim) to float32 before using it (0.5 for k = 4).
         let scale = (1.0 / (k as f64).sqrt()) as f32;
         let rows = self.fully_masked_rows(input.return_attention_scores);
@@ -367,7 +367,7 @@ impl KerasMha {
                 (transpose_heads(context), probs) // [B, T, h, v]
             }
         };
-        let output = self.output.forward(merge_heads(context)); // [B, T, O]
+        let output = linear_forward(&self.output, merge_heads(context)); // [B, T, O]
         Ok(KerasMhaOutput { output, attention_scores })
     }
 

@@ -17,6 +17,7 @@ use burn::tensor::{Bool, Device, Tensor};
 
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
+use crate::fused::linear_forward;
 use crate::torch_mha::{AttnMask, TorchMha, TorchMhaConfig, TorchMhaInput, TorchMhaOutput};
 use crate::weights::WeightMap;
 
@@ -151,13 +152,13 @@ impl ProjectedModel {
         if width != in_features {
             return Err(ModelError::InputShape { input: "x", expected: format!("[B, T, {in_features}]"), found: input.x.dims().to_vec() });
         }
-        let z = self.proj.forward(input.x); // [B, T, E]
+        let z = linear_forward(&self.proj, input.x); // [B, T, E]
         let mut call = TorchMhaInput::self_attention(z.clone()).need_weights(input.need_weights).training(input.training);
         call.key_padding_mask = input.key_padding_mask;
         call.attn_mask = input.attn_mask;
         let attention = self.mha.forward(call)?; // output [B, T, E]
         let output = match &self.head {
-            Some(head) => head.forward(attention.output.clone()), // [B, T, out]
+            Some(head) => linear_forward(head, attention.output.clone()), // [B, T, out]
             None => attention.output.clone(),
         };
         Ok(ProjectedOutput { output, proj_output: z, attention })

@@ -28,7 +28,7 @@ use burn::nn::{Initializer, Linear};
 use burn::tensor::{Bool, Device, Tensor};
 
 use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, burn_fused_attention, dropout_probs, masked_softmax, merge_heads, scaled_logits, split_heads, transpose_heads};
-use crate::fused::{self, BoolMask, FusedCall};
+use crate::fused::{self, BoolMask, FusedCall, linear_forward};
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
 use crate::weights::{HostTensor, WeightMap};
@@ -300,9 +300,9 @@ impl TorchMha {
         let h = self.num_heads;
         let e = self.embed_dim();
 
-        let q = split_heads(self.query.forward(query), h); // [B, T, h, E/h]
-        let k = split_heads(self.key.forward(key), h); // [B, S, h, E/h]
-        let v = split_heads(self.value.forward(value), h); // [B, S, h, E/h]
+        let q = split_heads(linear_forward(&self.query, query), h); // [B, T, h, E/h]
+        let k = split_heads(linear_forward(&self.key, key), h); // [B, S, h, E/h]
+        let v = split_heads(linear_forward(&self.value, value), h); // [B, S, h, E/h]
         // torch scales q by sqrt(1 / head_dim) before the product.
         let scale = (1.0 / (e / h) as f64).sqrt() as f32;
         let shape = [batch, h, query_len, source_len];
@@ -338,7 +338,7 @@ impl TorchMha {
                 }
             }
         };
-        let output = time_first(self.output.forward(merge_heads(context))); // [B, T, E]
+        let output = time_first(linear_forward(&self.output, merge_heads(context))); // [B, T, E]
         Ok(TorchMhaOutput { output, attn_weights })
     }
 

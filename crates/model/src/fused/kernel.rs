@@ -35,7 +35,7 @@ use rayon::prelude::*;
 
 use super::exp::exp_nonpositive;
 use super::mask::{FULL, KeyBlock, Mask, RowBlock};
-use super::tile::{Lanes, lane_accumulate, lane_dots, lanes};
+use super::tile::{Lanes, Portable, Vector, lane_accumulate, lane_dots, lane_max, lanes};
 use crate::attention::FullyMaskedRows;
 
 /// Rows per vector: 16 float32 fill one AVX-512 register (two AVX2 registers).
@@ -81,12 +81,12 @@ impl Isa {
     }
 }
 
-/// Calls `$f::<NR, FMA>(args)` compiled for `$isa`, with `NR` accumulator vectors: as many as
-/// the instruction set's registers hold beside the operands.
+/// Calls `$f::<V, NR, FMA>(args)` compiled for `$isa`: its vectors `V`, `NR` accumulator
+/// vectors (as many as its registers hold beside the operands), and whether it has FMA.
 macro_rules! dispatch {
     ($isa:expr, $f:ident($($arg:expr),*)) => {
         match $isa {
-            Isa::Baseline => $f::<2, false>($($arg),*),
+            Isa::Baseline => $f::<Portable, 2, false>($($arg),*),
             // SAFETY: an `Isa` other than `Baseline` comes from `Isa::available`, so the CPU
             // supports the features the function is compiled for.
             #[cfg(target_arch = "x86_64")]
@@ -101,29 +101,30 @@ macro_rules! dispatch {
 #[cfg(target_arch = "x86_64")]
 mod simd {
     macro_rules! variant {
-        ($name:ident, $features:literal, $nr:literal) => {
+        ($name:ident, $features:literal, $vector:ident, $nr:literal) => {
             pub mod $name {
                 use super::super::*;
+                use crate::fused::tile::$vector;
 
                 #[target_feature(enable = $features)]
                 pub unsafe fn forward_tile(job: ForwardTile, scratch: &mut Scratch) {
-                    super::super::forward_tile::<$nr, true>(job, scratch)
+                    super::super::forward_tile::<$vector, $nr, true>(job, scratch)
                 }
 
                 #[target_feature(enable = $features)]
                 pub unsafe fn key_value_tile(job: KeyValueTile, scratch: &mut Scratch) {
-                    super::super::key_value_tile::<$nr, true>(job, scratch)
+                    super::super::key_value_tile::<$vector, $nr, true>(job, scratch)
                 }
 
                 #[target_feature(enable = $features)]
                 pub unsafe fn query_tile(job: QueryTile, scratch: &mut Scratch) {
-                    super::super::query_tile::<$nr, true>(job, scratch)
+                    super::super::query_tile::<$vector, $nr, true>(job, scratch)
                 }
             }
         };
     }
-    variant!(avx512, "avx512f,avx2,fma", 8);
-    variant!(avx2, "avx2,fma", 4);
+    variant!(avx512, "avx512f,avx2,fma", Avx512, 8);
+    variant!(avx2, "avx2,fma", Avx2, 4);
 }
 
 /// The sizes of one call.
@@ -433,7 +434,7 @@ pub struct ForwardTile<'a> {
 
 /// The forward pass of one tile, `STEP` keys at a time with the online softmax.
 #[inline(always)]
-fn forward_tile<const NR: usize, const FMA: bool>(job: ForwardTile, scratch: &mut Scratch) {
+fn forward_tile<V: Vector, const NR: usize, const FMA: bool>(job: ForwardTile, scratch: &mut Scratch) {
     let wk = job.query_t.len();
     let wv = job.output.len() / LANES;
     let context = &mut scratch.first[..wv];
@@ -444,13 +445,12 @@ fn forward_tile<const NR: usize, const FMA: bool>(job: ForwardTile, scratch: &mu
     for start in (lo..hi).step_by(STEP) {
         let n = STEP.min(hi - start);
         let scores = &mut scratch.scores[..n];
-        lane_dots::<NR, FMA>(job.query_t, &job.key_rows[start * wk..], wk, scores);
+        lane_dots::<V, NR>(job.query_t, &job.key_rows[start * wk..], wk, scores);
         let masked = !job.mask.all_allowed(start + n);
         if masked {
             mask_scores(scores, &mut scratch.bits[..n], |j| job.mask.bits(start + j));
         }
-        let step_max = scores.iter().fold([f32::NEG_INFINITY; LANES], |m, s| lanes(|i| m[i].max(s[i])));
-        let new_max = lanes(|i| max[i].max(step_max[i]));
+        let new_max = lane_max::<V>(scores, max);
         if new_max != max {
             // Rows whose maximum grew rescale what they have summed so far.
             let alpha = lanes(|i| exp_nonpositive::<FMA>(max[i] - reference(new_max[i])));
@@ -467,7 +467,7 @@ fn forward_tile<const NR: usize, const FMA: bool>(job: ForwardTile, scratch: &mu
             sum = lanes(|i| sum[i] + p[i]);
             *s = p;
         }
-        lane_accumulate::<NR, FMA>(scores, &job.value_rows[start * wv..], wv, context);
+        lane_accumulate::<V, NR>(scores, &job.value_rows[start * wv..], wv, context);
     }
     // A row that saw no allowed key keeps max = -inf: zero attention, or uniform.
     let mut uniform_value: Option<Vec<f32>> = None;
@@ -549,7 +549,7 @@ pub struct KeyValueTile<'a> {
 
 /// `dk` and `dv` of one tile, `STEP` query rows at a time.
 #[inline(always)]
-fn key_value_tile<const NR: usize, const FMA: bool>(job: KeyValueTile, scratch: &mut Scratch) {
+fn key_value_tile<V: Vector, const NR: usize, const FMA: bool>(job: KeyValueTile, scratch: &mut Scratch) {
     let (wk, wv) = (job.key_t.len(), job.value_t.len());
     let key_acc = &mut scratch.first[..wk];
     let value_acc = &mut scratch.second[..wv];
@@ -559,8 +559,8 @@ fn key_value_tile<const NR: usize, const FMA: bool>(job: KeyValueTile, scratch: 
     for start in (lo..hi).step_by(STEP) {
         let n = STEP.min(hi - start);
         let (probs, grads) = (&mut scratch.scores[..n], &mut scratch.grads[..n]);
-        lane_dots::<NR, FMA>(job.key_t, &job.query_rows[start * wk..], wk, probs); // s_j for each row
-        lane_dots::<NR, FMA>(job.value_t, &job.grad_rows[start * wv..], wv, grads); // dp_j
+        lane_dots::<V, NR>(job.key_t, &job.query_rows[start * wk..], wk, probs); // s_j for each row
+        lane_dots::<V, NR>(job.value_t, &job.grad_rows[start * wv..], wv, grads); // dp_j
         let masked = !job.mask.all_allowed(start, n);
         for (r, (p, g)) in probs.iter_mut().zip(grads.iter_mut()).enumerate() {
             let t = start + r;
@@ -572,8 +572,8 @@ fn key_value_tile<const NR: usize, const FMA: bool>(job: KeyValueTile, scratch: 
             *g = lanes(|i| prob[i] * (g[i] - dot)); // ds_j
             *p = prob;
         }
-        lane_accumulate::<NR, FMA>(probs, &job.grad_rows[start * wv..], wv, value_acc);
-        lane_accumulate::<NR, FMA>(grads, &job.query_rows[start * wk..], wk, key_acc);
+        lane_accumulate::<V, NR>(probs, &job.grad_rows[start * wv..], wv, value_acc);
+        lane_accumulate::<V, NR>(grads, &job.query_rows[start * wk..], wk, key_acc);
     }
     if let Some(uniform) = job.uniform_grad {
         value_acc.iter_mut().zip(uniform).for_each(|(v, u)| *v = lanes(|i| v[i] + u));
@@ -602,7 +602,7 @@ pub struct QueryTile<'a> {
 
 /// `dq` of one tile, `STEP` keys at a time.
 #[inline(always)]
-fn query_tile<const NR: usize, const FMA: bool>(job: QueryTile, scratch: &mut Scratch) {
+fn query_tile<V: Vector, const NR: usize, const FMA: bool>(job: QueryTile, scratch: &mut Scratch) {
     let (wk, wv) = (job.query_t.len(), job.grad_t.len());
     let query_acc = &mut scratch.first[..wk];
     query_acc.fill([0.0; LANES]);
@@ -611,8 +611,8 @@ fn query_tile<const NR: usize, const FMA: bool>(job: QueryTile, scratch: &mut Sc
     for start in (lo..hi).step_by(STEP) {
         let n = STEP.min(hi - start);
         let (scores, grads) = (&mut scratch.scores[..n], &mut scratch.grads[..n]);
-        lane_dots::<NR, FMA>(job.query_t, &job.key_rows[start * wk..], wk, scores);
-        lane_dots::<NR, FMA>(job.grad_t, &job.value_rows[start * wv..], wv, grads); // dp_j
+        lane_dots::<V, NR>(job.query_t, &job.key_rows[start * wk..], wk, scores);
+        lane_dots::<V, NR>(job.grad_t, &job.value_rows[start * wv..], wv, grads); // dp_j
         let masked = !job.mask.all_allowed(start + n);
         for (j, (s, g)) in scores.iter().zip(grads.iter_mut()).enumerate() {
             let mut prob = lanes(|i| exp_nonpositive::<FMA>(s[i] - max[i]) * inv[i]);
@@ -621,7 +621,7 @@ fn query_tile<const NR: usize, const FMA: bool>(job: QueryTile, scratch: &mut Sc
             }
             *g = lanes(|i| prob[i] * (g[i] - dot[i])); // ds_j
         }
-        lane_accumulate::<NR, FMA>(grads, &job.key_rows[start * wk..], wk, query_acc);
+        lane_accumulate::<V, NR>(grads, &job.key_rows[start * wk..], wk, query_acc);
     }
     // d(q̃)/dq = scale.
     query_acc.iter_mut().for_each(|q| *q = lanes(|i| q[i] * job.scale));

@@ -5,13 +5,17 @@
 //! * [`tile`]: the two register-blocked products the kernel is made of;
 //! * [`mask`]: causal, key-padding and general boolean masks as bits, with the tiles they skip;
 //! * [`op`]: the kernel as a Burn backend operation with its own backward pass;
-//! * [`exp`]: the vectorisable `exp` the kernel uses.
+//! * [`exp`]: the vectorisable `exp` the kernel uses;
+//! * [`gemm`] and [`linear`]: the dense layers' product on the same tiles, as a backend operation.
 
 pub mod exp;
+pub mod gemm;
 pub mod kernel;
+pub mod linear;
 pub mod mask;
 pub mod op;
 pub mod tile;
 
 pub use mask::BoolMask;
+pub use linear::linear_forward;
 pub use op::{FusedCall, fused_attention, supports};

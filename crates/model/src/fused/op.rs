@@ -15,7 +15,7 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, NdArray, TensorMetadata, backend_extension};
-use burn::tensor::{Bool, Tensor, TensorData};
+use burn::tensor::{Bool, BoolStore, DType, Tensor, TensorData};
 
 use super::kernel::{self, Dims};
 use super::mask::{BoolMask, Mask};
@@ -113,7 +113,13 @@ fn host_forward<B: Backend>(
 /// A rank-4 float tensor of a host-memory backend as float32 values (the kernel's precision)
 /// and its shape.
 fn to_host<B: Backend>(tensor: FloatTensor<B>) -> (Vec<f32>, [usize; 4]) {
-    let shape: [usize; 4] = tensor.shape().dims();
+    let (values, shape) = host_values::<B>(tensor);
+    (values, shape.try_into().expect("a rank-4 tensor"))
+}
+
+/// A float tensor of a host-memory backend as float32 values and its shape.
+pub(super) fn host_values<B: Backend>(tensor: FloatTensor<B>) -> (Vec<f32>, Vec<usize>) {
+    let shape = tensor.shape().to_vec();
     let data = pollster::block_on(B::float_into_data(tensor)).expect("a host-memory tensor can always be read");
     let values = data.convert::<f32>().try_into_vec::<f32>().expect("converted to float32");
     (values, shape)
@@ -143,6 +149,11 @@ impl BoolMask {
     pub fn from_tensor(allowed: Tensor<4, Bool>) -> Self {
         let dims = allowed.dims();
         let data = allowed.into_data();
-        Self { dims, allowed: data.iter::<bool>().collect() }
+        let allowed = match data.dtype() {
+            // One byte per element: read the bytes, not through a boxed iterator.
+            DType::Bool(BoolStore::Native | BoolStore::U8) => data.as_bytes().iter().map(|&b| b != 0).collect(),
+            _ => data.iter::<bool>().collect(),
+        };
+        Self { dims, allowed }
     }
 }

@@ -10,9 +10,10 @@
 //!
 //! Both keep `NR` accumulator vectors in registers (8 with AVX-512's 32 registers, fewer with
 //! AVX2 or SSE) and broadcast each scalar of `rows` once per `NR` fused multiply-adds, so their
-//! rate is that of the FMA units at any feature width, not of the loads.
+//! rate is that of the FMA units at any feature width, not of the loads. They are written on
+//! explicit vectors ([`Vector`]): left to itself, LLVM vectorises the feature loop instead, with
+//! gathers and scatters, at a tenth of the speed.
 
-use super::exp::madd;
 use super::kernel::LANES;
 
 /// 16 float32 values: one AVX-512 register, two AVX2 ones.
@@ -24,35 +25,168 @@ pub fn lanes(f: impl Fn(usize) -> f32) -> Lanes {
     std::array::from_fn(f)
 }
 
+/// 16 lanes in registers, for one instruction set. The x86 implementations call intrinsics of
+/// their instruction set: they are only used inside functions compiled for it (see the
+/// kernel's `dispatch!`), which only run on CPUs that have it.
+pub trait Vector: Copy {
+    fn zero() -> Self;
+    fn splat(x: f32) -> Self;
+    fn load(x: &Lanes) -> Self;
+    fn store(self, out: &mut Lanes);
+    /// `self * b + c`
+    fn mul_add(self, b: Self, c: Self) -> Self;
+    fn max(self, b: Self) -> Self;
+}
+
+/// The lane-wise maximum of `rows`, starting from `init`.
+#[inline(always)]
+pub fn lane_max<V: Vector>(rows: &[Lanes], init: Lanes) -> Lanes {
+    let max = rows.iter().fold(V::load(&init), |m, row| m.max(V::load(row)));
+    let mut out = [0.0; LANES];
+    max.store(&mut out);
+    out
+}
+
+/// The baseline: plain arrays, whatever the compiler makes of them.
+#[derive(Clone, Copy)]
+pub struct Portable(Lanes);
+
+impl Vector for Portable {
+    #[inline(always)]
+    fn zero() -> Self {
+        Portable([0.0; LANES])
+    }
+    #[inline(always)]
+    fn splat(x: f32) -> Self {
+        Portable([x; LANES])
+    }
+    #[inline(always)]
+    fn load(x: &Lanes) -> Self {
+        Portable(*x)
+    }
+    #[inline(always)]
+    fn store(self, out: &mut Lanes) {
+        *out = self.0;
+    }
+    #[inline(always)]
+    fn mul_add(self, b: Self, c: Self) -> Self {
+        Portable(lanes(|i| self.0[i] * b.0[i] + c.0[i]))
+    }
+    #[inline(always)]
+    fn max(self, b: Self) -> Self {
+        Portable(lanes(|i| self.0[i].max(b.0[i])))
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub use x86::{Avx2, Avx512};
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{Lanes, Vector};
+
+    /// One `__m512`. Only inside functions compiled with `avx512f`.
+    #[derive(Clone, Copy)]
+    pub struct Avx512(__m512);
+
+    // SAFETY (every block below): the vector types are only used in functions compiled for
+    // their instruction set, run on CPUs that have it; loads and stores are unaligned and within
+    // the 16 floats of a `Lanes`.
+    impl Vector for Avx512 {
+        #[inline(always)]
+        fn zero() -> Self {
+            unsafe { Avx512(_mm512_setzero_ps()) }
+        }
+        #[inline(always)]
+        fn splat(x: f32) -> Self {
+            unsafe { Avx512(_mm512_set1_ps(x)) }
+        }
+        #[inline(always)]
+        fn load(x: &Lanes) -> Self {
+            unsafe { Avx512(_mm512_loadu_ps(x.as_ptr())) }
+        }
+        #[inline(always)]
+        fn store(self, out: &mut Lanes) {
+            unsafe { _mm512_storeu_ps(out.as_mut_ptr(), self.0) }
+        }
+        #[inline(always)]
+        fn mul_add(self, b: Self, c: Self) -> Self {
+            unsafe { Avx512(_mm512_fmadd_ps(self.0, b.0, c.0)) }
+        }
+        #[inline(always)]
+        fn max(self, b: Self) -> Self {
+            unsafe { Avx512(_mm512_max_ps(self.0, b.0)) }
+        }
+    }
+
+    /// Two `__m256`. Only inside functions compiled with `avx2,fma`.
+    #[derive(Clone, Copy)]
+    pub struct Avx2([__m256; 2]);
+
+    impl Vector for Avx2 {
+        #[inline(always)]
+        fn zero() -> Self {
+            unsafe { Avx2([_mm256_setzero_ps(); 2]) }
+        }
+        #[inline(always)]
+        fn splat(x: f32) -> Self {
+            unsafe { Avx2([_mm256_set1_ps(x); 2]) }
+        }
+        #[inline(always)]
+        fn load(x: &Lanes) -> Self {
+            unsafe { Avx2([_mm256_loadu_ps(x.as_ptr()), _mm256_loadu_ps(x.as_ptr().add(8))]) }
+        }
+        #[inline(always)]
+        fn store(self, out: &mut Lanes) {
+            unsafe {
+                _mm256_storeu_ps(out.as_mut_ptr(), self.0[0]);
+                _mm256_storeu_ps(out.as_mut_ptr().add(8), self.0[1]);
+            }
+        }
+        #[inline(always)]
+        fn mul_add(self, b: Self, c: Self) -> Self {
+            unsafe { Avx2([_mm256_fmadd_ps(self.0[0], b.0[0], c.0[0]), _mm256_fmadd_ps(self.0[1], b.0[1], c.0[1])]) }
+        }
+        #[inline(always)]
+        fn max(self, b: Self) -> Self {
+            unsafe { Avx2([_mm256_max_ps(self.0[0], b.0[0]), _mm256_max_ps(self.0[1], b.0[1])]) }
+        }
+    }
+}
+
 /// `out[r] = Σ_d tile[d] · rows[r * stride + d]` for `d < tile.len()`; `out.len()` must be a
 /// multiple of `NR`.
 #[inline(always)]
-pub fn lane_dots<const NR: usize, const FMA: bool>(tile: &[Lanes], rows: &[f32], stride: usize, out: &mut [Lanes]) {
+pub fn lane_dots<V: Vector, const NR: usize>(tile: &[Lanes], rows: &[f32], stride: usize, out: &mut [Lanes]) {
     let width = tile.len();
     for (group, out) in out.chunks_exact_mut(NR).enumerate() {
         let rows: [&[f32]; NR] = std::array::from_fn(|r| &rows[(group * NR + r) * stride..][..width]);
-        let mut acc = [[0.0; LANES]; NR];
+        let mut acc = [V::zero(); NR];
         for (d, column) in tile.iter().enumerate() {
+            let column = V::load(column);
             for r in 0..NR {
-                let x = rows[r][d];
-                acc[r] = lanes(|i| madd::<FMA>(column[i], x, acc[r][i]));
+                acc[r] = column.mul_add(V::splat(rows[r][d]), acc[r]);
             }
         }
-        out.copy_from_slice(&acc);
+        for (acc, out) in acc.into_iter().zip(out) {
+            acc.store(out);
+        }
     }
 }
 
 /// `acc[d] += Σ_r weights[r] · rows[r * stride + d]` for `d < acc.len()`, a multiple of 4.
 #[inline(always)]
-pub fn lane_accumulate<const NR: usize, const FMA: bool>(weights: &[Lanes], rows: &[f32], stride: usize, acc: &mut [Lanes]) {
+pub fn lane_accumulate<V: Vector, const NR: usize>(weights: &[Lanes], rows: &[f32], stride: usize, acc: &mut [Lanes]) {
     let width = acc.len();
     let mut first = 0;
     while first < width {
         if width - first >= NR {
-            accumulate_columns::<NR, FMA>(weights, rows, stride, first, &mut acc[first..first + NR]);
+            accumulate_columns::<V, NR>(weights, rows, stride, first, &mut acc[first..first + NR]);
             first += NR;
         } else {
-            accumulate_columns::<4, FMA>(weights, rows, stride, first, &mut acc[first..first + 4]);
+            accumulate_columns::<V, 4>(weights, rows, stride, first, &mut acc[first..first + 4]);
             first += 4;
         }
     }
@@ -60,16 +194,18 @@ pub fn lane_accumulate<const NR: usize, const FMA: bool>(weights: &[Lanes], rows
 
 /// [`lane_accumulate`] for the `C` features `first ..`, held in registers over all rows.
 #[inline(always)]
-fn accumulate_columns<const C: usize, const FMA: bool>(weights: &[Lanes], rows: &[f32], stride: usize, first: usize, acc: &mut [Lanes]) {
-    let mut sums: [Lanes; C] = std::array::from_fn(|c| acc[c]);
+fn accumulate_columns<V: Vector, const C: usize>(weights: &[Lanes], rows: &[f32], stride: usize, first: usize, acc: &mut [Lanes]) {
+    let mut sums: [V; C] = std::array::from_fn(|c| V::load(&acc[c]));
     for (r, weight) in weights.iter().enumerate() {
         let row = &rows[r * stride + first..][..C];
+        let weight = V::load(weight);
         for c in 0..C {
-            let x = row[c];
-            sums[c] = lanes(|i| madd::<FMA>(weight[i], x, sums[c][i]));
+            sums[c] = weight.mul_add(V::splat(row[c]), sums[c]);
         }
     }
-    acc.copy_from_slice(&sums);
+    for (sum, out) in sums.into_iter().zip(acc) {
+        sum.store(out);
+    }
 }
 
 #[cfg(test)]
@@ -82,7 +218,7 @@ mod tests {
         let tile: Vec<Lanes> = (0..width).map(|d| lanes(|i| (d * 16 + i) as f32 * 0.01)).collect();
         let rows: Vec<f32> = (0..n * stride).map(|x| (x % 7) as f32 - 3.0).collect();
         let mut out = vec![[0.0; LANES]; n];
-        lane_dots::<8, true>(&tile, &rows, stride, &mut out);
+        lane_dots::<Portable, 8>(&tile, &rows, stride, &mut out);
         for r in 0..n {
             for i in 0..LANES {
                 let want: f32 = (0..width).map(|d| tile[d][i] * rows[r * stride + d]).sum();
@@ -92,9 +228,9 @@ mod tests {
         for nr in [2, 4, 8] {
             let mut acc = vec![[1.0; LANES]; width];
             match nr {
-                2 => lane_accumulate::<2, false>(&out, &rows, stride, &mut acc),
-                4 => lane_accumulate::<4, true>(&out, &rows, stride, &mut acc),
-                _ => lane_accumulate::<8, true>(&out, &rows, stride, &mut acc),
+                2 => lane_accumulate::<Portable, 2>(&out, &rows, stride, &mut acc),
+                4 => lane_accumulate::<Portable, 4>(&out, &rows, stride, &mut acc),
+                _ => lane_accumulate::<Portable, 8>(&out, &rows, stride, &mut acc),
             }
             for d in 0..width {
                 for i in 0..LANES {
