@@ -276,10 +276,12 @@ fn forward_with(isa: Isa, query: Vec<f32>, key: Vec<f32>, value: Vec<f32>, dims:
 /// The gradients of `Σ output · output_grad` with respect to the forward pass's query, key and
 /// value. `output_grad`: `[B, T, h, dv]`.
 pub fn backward(saved: &Forward, output_grad: &[f32]) -> Gradients {
-    backward_with(Isa::best(), saved, output_grad)
+    backward_with(Isa::best(), saved, output_grad, fuse_query_grads(saved.dims))
 }
 
-fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32]) -> Gradients {
+/// With `fused_dq`, `dq` is accumulated during the key-block walk ([`fuse_query_grads`]; it
+/// needs a key width of whole vectors), else by a pass of its own.
+fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool) -> Gradients {
     let dims = saved.dims;
     let Dims { query_len, source_len, key_dim, value_dim, .. } = dims;
     let pairs = dims.pairs();
@@ -287,7 +289,7 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32]) -> Gradients {
     let (wk, wv) = (dims.key_width(), dims.value_width());
     let (row_blocks, key_blocks) = (dims.row_blocks(), dims.key_blocks());
     let (padded_t, padded_s) = (dims.padded_query_len(), dims.padded_source_len());
-    let mut query_grad = vec![0.0; pairs * padded_t * key_dim]; // [pairs, T', dk]
+    let mut query_grad = vec![0.0; pairs * padded_t * wk]; // [pairs, T', Wk]
     let mut key_grad = vec![0.0; pairs * padded_s * key_dim]; // [pairs, S', dk]
     let mut value_grad = vec![0.0; pairs * padded_s * value_dim]; // [pairs, S', dv]
 
@@ -310,34 +312,55 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32]) -> Gradients {
             .collect();
         let uniform_grad = uniform_value_grads(saved, &grad_rows); // [pairs, Wv]
 
-        key_grad
-            .par_chunks_mut(LANES * key_dim)
-            .zip(value_grad.par_chunks_mut(LANES * value_dim))
-            .enumerate()
-            .with_min_len(4)
-            .for_each_init(
-                || Scratch::new(dims),
-                |scratch, (tile, (key_grad, value_grad))| {
-                    let (pair, block) = (tile / key_blocks, tile % key_blocks);
-                    let job = KeyValueTile {
-                        key_t: &key_t[tile * wk..][..wk],
-                        value_t: &value_t[tile * wv..][..wv],
-                        query_rows: &query_rows[pair * padded_t * wk..][..padded_t * wk],
-                        grad_rows: &grad_rows[pair * padded_t * wv..][..padded_t * wv],
-                        row_max: &saved.row_max[pair * padded_t..][..padded_t],
-                        inv_row_sum: &saved.inv_row_sum[pair * padded_t..][..padded_t],
-                        row_dot: &row_dot[pair * padded_t..][..padded_t],
-                        uniform_grad: uniform_grad.as_ref().map(|u| &u[pair * wv..][..wv]),
-                        mask: saved.mask.key_block(&dims, pair, block),
-                        key_dim,
-                        value_dim,
-                        key_grad,
-                        value_grad,
-                    };
-                    dispatch!(isa, key_value_tile(job, scratch));
-                },
-            );
-        query_grad.par_chunks_mut(LANES * key_dim).enumerate().with_min_len(4).for_each_init(
+        let inputs = KeyValueInputs {
+            dims,
+            key_t: &key_t,
+            value_t: &value_t,
+            key_rows: &saved.key_rows,
+            query_rows: &query_rows,
+            grad_rows: &grad_rows,
+            row_max: &saved.row_max,
+            inv_row_sum: &saved.inv_row_sum,
+            row_dot: &row_dot,
+            uniform_grad: uniform_grad.as_deref(),
+            mask: &saved.mask,
+        };
+        if fused_dq {
+            // One task per pair walks its key blocks in order, adding each block's dq.
+            key_grad
+                .par_chunks_mut(padded_s * key_dim)
+                .zip(value_grad.par_chunks_mut(padded_s * value_dim))
+                .zip(query_grad.par_chunks_mut(padded_t * wk))
+                .enumerate()
+                .for_each_init(
+                    || Scratch::new(dims),
+                    |scratch, (pair, ((key_grad, value_grad), query_grad))| {
+                        let blocks = key_grad.chunks_mut(LANES * key_dim).zip(value_grad.chunks_mut(LANES * value_dim));
+                        for (block, (key_grad, value_grad)) in blocks.enumerate() {
+                            let job = inputs.tile(pair, block, key_grad, value_grad, Some(&mut *query_grad));
+                            dispatch!(isa, key_value_tile(job, scratch));
+                        }
+                        query_grad.iter_mut().for_each(|dq| *dq *= saved.scale); // d(q̃)/dq = scale
+                    },
+                );
+        } else {
+            key_grad
+                .par_chunks_mut(LANES * key_dim)
+                .zip(value_grad.par_chunks_mut(LANES * value_dim))
+                .enumerate()
+                .with_min_len(4)
+                .for_each_init(
+                    || Scratch::new(dims),
+                    |scratch, (tile, (key_grad, value_grad))| {
+                        let job = inputs.tile(tile / key_blocks, tile % key_blocks, key_grad, value_grad, None);
+                        dispatch!(isa, key_value_tile(job, scratch));
+                    },
+                );
+        }
+        if fused_dq {
+            // dq accumulates in the key-block walk; nothing more to do.
+        } else {
+        query_grad.par_chunks_mut(LANES * wk).enumerate().with_min_len(4).for_each_init(
             || Scratch::new(dims),
             |scratch, (tile, query_grad)| {
                 let (pair, block) = (tile / row_blocks, tile % row_blocks);
@@ -352,15 +375,15 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32]) -> Gradients {
                     row_dot: row_dot[rows..][..LANES].try_into().expect("16 rows"),
                     mask: saved.mask.row_block(&dims, pair, block),
                     scale: saved.scale,
-                    key_dim,
                     query_grad,
                 };
                 dispatch!(isa, query_tile(job, scratch));
             },
         );
+        }
     }
     Gradients {
-        query: heads_last(&query_grad, dims, query_len, padded_t, key_dim, key_dim),
+        query: heads_last(&query_grad, dims, query_len, padded_t, wk, key_dim),
         key: heads_last(&key_grad, dims, source_len, padded_s, key_dim, key_dim),
         value: heads_last(&value_grad, dims, source_len, padded_s, value_dim, value_dim),
     }
@@ -542,14 +565,59 @@ pub struct KeyValueTile<'a> {
     mask: KeyBlock<'a>,
     key_dim: usize,
     value_dim: usize,
+    /// `[16, Wk]`: the block's keys, for `dq`.
+    key_rows: &'a [f32],
     /// `[16, dk]`, `[16, dv]`
     key_grad: &'a mut [f32],
     value_grad: &'a mut [f32],
+    /// `[T', Wk]`: the pair's `dq̃`, accumulated here when [`fuse_query_grads`].
+    query_grad: Option<&'a mut [f32]>,
+}
+
+/// What every `dk`/`dv` tile reads, for all pairs.
+struct KeyValueInputs<'a> {
+    dims: Dims,
+    key_t: &'a [Lanes],
+    value_t: &'a [Lanes],
+    key_rows: &'a [f32],
+    query_rows: &'a [f32],
+    grad_rows: &'a [f32],
+    row_max: &'a [f32],
+    inv_row_sum: &'a [f32],
+    row_dot: &'a [f32],
+    uniform_grad: Option<&'a [f32]>,
+    mask: &'a Mask,
+}
+
+impl<'a> KeyValueInputs<'a> {
+    /// Key block `block` of pair `pair`, writing into the given gradients.
+    fn tile<'b>(&'b self, pair: usize, block: usize, key_grad: &'b mut [f32], value_grad: &'b mut [f32], query_grad: Option<&'b mut [f32]>) -> KeyValueTile<'b> {
+        let d = self.dims;
+        let (wk, wv, key_blocks) = (d.key_width(), d.value_width(), d.key_blocks());
+        let (padded_t, padded_s) = (d.padded_query_len(), d.padded_source_len());
+        KeyValueTile {
+            key_t: &self.key_t[(pair * key_blocks + block) * wk..][..wk],
+            value_t: &self.value_t[(pair * key_blocks + block) * wv..][..wv],
+            key_rows: &self.key_rows[(pair * padded_s + block * LANES) * wk..][..LANES * wk],
+            query_rows: &self.query_rows[pair * padded_t * wk..][..padded_t * wk],
+            grad_rows: &self.grad_rows[pair * padded_t * wv..][..padded_t * wv],
+            row_max: &self.row_max[pair * padded_t..][..padded_t],
+            inv_row_sum: &self.inv_row_sum[pair * padded_t..][..padded_t],
+            row_dot: &self.row_dot[pair * padded_t..][..padded_t],
+            uniform_grad: self.uniform_grad.map(|u| &u[pair * wv..][..wv]),
+            mask: self.mask.key_block(&d, pair, block),
+            key_dim: d.key_dim,
+            value_dim: d.value_dim,
+            key_grad,
+            value_grad,
+            query_grad,
+        }
+    }
 }
 
 /// `dk` and `dv` of one tile, `STEP` query rows at a time.
 #[inline(always)]
-fn key_value_tile<V: Vector, const NR: usize, const FMA: bool>(job: KeyValueTile, scratch: &mut Scratch) {
+fn key_value_tile<V: Vector, const NR: usize, const FMA: bool>(mut job: KeyValueTile, scratch: &mut Scratch) {
     let (wk, wv) = (job.key_t.len(), job.value_t.len());
     let key_acc = &mut scratch.first[..wk];
     let value_acc = &mut scratch.second[..wv];
@@ -574,12 +642,47 @@ fn key_value_tile<V: Vector, const NR: usize, const FMA: bool>(job: KeyValueTile
         }
         lane_accumulate::<V, NR>(probs, &job.grad_rows[start * wv..], wv, value_acc);
         lane_accumulate::<V, NR>(grads, &job.query_rows[start * wk..], wk, key_acc);
+        if let Some(query_grad) = job.query_grad.as_deref_mut() {
+            key_rows_update::<V>(grads, job.key_rows, &mut query_grad[start * wk..][..n * wk]);
+        }
     }
     if let Some(uniform) = job.uniform_grad {
         value_acc.iter_mut().zip(uniform).for_each(|(v, u)| *v = lanes(|i| v[i] + u));
     }
     store_rows(key_acc, job.key_dim, job.key_grad);
     store_rows(value_acc, job.value_dim, job.value_grad);
+}
+
+/// Whether `dq` is accumulated during the key-block walk (rows of `ds` times the block's 16 keys)
+/// instead of by a pass of its own, which recomputes the scores and `dp`: for heads whose width
+/// fills whole vectors, and with enough (batch, head) pairs to keep every thread busy, since each
+/// pair is then one task.
+fn fuse_query_grads(dims: Dims) -> bool {
+    dims.key_width() % LANES == 0 && dims.pairs() >= 2 * rayon::current_num_threads()
+}
+
+/// `dq̃[t] += Σ_i ds[t][i] · k[i]` for the rows `t` of one step: `ds` `[n]` lanes (16 keys, `n`
+/// a multiple of 8), `keys` `[16, W]`, `query_grad` `[n, W]` with `W` a multiple of 16. Each 16
+/// features of the 16 keys stay in registers while 8 rows at a time (8 independent chains of
+/// multiply-adds) pass.
+#[inline(always)]
+fn key_rows_update<V: Vector>(ds: &[Lanes], keys: &[f32], query_grad: &mut [f32]) {
+    const ROWS: usize = 8;
+    let width = keys.len() / LANES;
+    for c in (0..width).step_by(LANES) {
+        let keys: [V; LANES] = std::array::from_fn(|i| V::load(keys[i * width + c..][..LANES].try_into().expect("16 features")));
+        for (rows, out) in ds.chunks_exact(ROWS).zip(query_grad.chunks_exact_mut(ROWS * width)) {
+            let mut acc: [V; ROWS] = std::array::from_fn(|r| V::load(out[r * width + c..][..LANES].try_into().expect("16 features")));
+            for (i, key) in keys.iter().enumerate() {
+                for r in 0..ROWS {
+                    acc[r] = V::splat(rows[r][i]).mul_add(*key, acc[r]);
+                }
+            }
+            for (r, acc) in acc.into_iter().enumerate() {
+                acc.store((&mut out[r * width + c..][..LANES]).try_into().expect("16 features"));
+            }
+        }
+    }
 }
 
 /// One `dq` tile: 16 query rows of one pair against all the keys they may attend.
@@ -595,8 +698,7 @@ pub struct QueryTile<'a> {
     row_dot: Lanes,
     mask: RowBlock<'a>,
     scale: f32,
-    key_dim: usize,
-    /// `[16, dk]`
+    /// `[16, Wk]`
     query_grad: &'a mut [f32],
 }
 
@@ -625,7 +727,7 @@ fn query_tile<V: Vector, const NR: usize, const FMA: bool>(job: QueryTile, scrat
     }
     // d(q̃)/dq = scale.
     query_acc.iter_mut().for_each(|q| *q = lanes(|i| q[i] * job.scale));
-    store_rows(query_acc, job.key_dim, job.query_grad);
+    store_rows(query_acc, query_acc.len(), job.query_grad);
 }
 
 /// Writes a tile (features x 16 lanes) as the rows `[n, width]` that `out` holds (`n <= 16`),
@@ -862,10 +964,15 @@ mod tests {
             let (q, k, v) = (last(&q, query_len, key_dim), last(&k, source_len, key_dim), last(&v, source_len, value_dim));
             let mask = rule.mask(dims, rows);
             let (output, saved) = forward_with(isa, q, k, v, dims, scale, mask);
-            let grads = backward_with(isa, &saved, &last(&g, query_len, value_dim));
-            for (name, got, want) in [("output", &output, &out), ("dq", &grads.query, &dq), ("dk", &grads.key, &dk), ("dv", &grads.value, &dv)] {
-                let error = scaled_error(got, want);
-                assert!(error < 4e-6, "{isa:?} {rule:?} {rows:?}: {name} at {dims:?}: error {error}");
+            let error = scaled_error(&output, &out);
+            assert!(error < 4e-6, "{isa:?} {rule:?} {rows:?}: output at {dims:?}: error {error}");
+            // Both ways of computing dq where the width allows the fused one.
+            for fused_dq in [false, dims.key_width() % LANES == 0] {
+                let grads = backward_with(isa, &saved, &last(&g, query_len, value_dim), fused_dq);
+                for (name, got, want) in [("dq", &grads.query, &dq), ("dk", &grads.key, &dk), ("dv", &grads.value, &dv)] {
+                    let error = scaled_error(got, want);
+                    assert!(error < 4e-6, "{isa:?} {rule:?} {rows:?} fused dq {fused_dq}: {name} at {dims:?}: error {error}");
+                }
             }
         }
     }
@@ -896,9 +1003,9 @@ mod tests {
 
     #[test]
     fn wide_heads_with_and_without_masks() {
-        for (key_dim, value_dim) in [(32, 32), (64, 48), (37, 130), (256, 256)] {
-            let dims = Dims { batch: 1, heads: 2, query_len: 40, source_len: 150, key_dim, value_dim };
-            for rule in [Rule::None, Rule::Causal, Rule::General { causal: true }] {
+        for (key_dim, value_dim) in [(32, 32), (64, 48), (37, 130), (256, 256), (16, 8)] {
+            let dims = Dims { batch: 2, heads: 2, query_len: 40, source_len: 150, key_dim, value_dim };
+            for rule in [Rule::None, Rule::Causal, Rule::Padding, Rule::General { causal: true }] {
                 check(dims, rule, FullyMaskedRows::Uniform, &[Isa::best(), Isa::Baseline]);
             }
         }

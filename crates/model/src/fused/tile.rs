@@ -167,7 +167,10 @@ pub fn lane_dots<V: Vector, const NR: usize>(tile: &[Lanes], rows: &[f32], strid
         for (d, column) in tile.iter().enumerate() {
             let column = V::load(column);
             for r in 0..NR {
-                acc[r] = column.mul_add(V::splat(rows[r][d]), acc[r]);
+                // SAFETY: every `rows[r]` is `width` long and `d < tile.len() = width`; checked,
+                // the NR bounds tests would cost as much as the multiply-adds.
+                let x = unsafe { *rows[r].get_unchecked(d) };
+                acc[r] = column.mul_add(V::splat(x), acc[r]);
             }
         }
         for (acc, out) in acc.into_iter().zip(out) {
