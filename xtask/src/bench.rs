@@ -8,7 +8,7 @@ use std::process::{Command, ExitCode};
 use anyhow::{Context, Result, bail};
 use model::Backend;
 use serde_json::{Value, json};
-use train::bench::peak::{fma_peak_gflops, matmul_gflops, threads};
+use train::bench::peak::{fma_peak_gflops, gemm_gflops, matmul_gflops, threads};
 use train::bench::{Case, MaskKind, Reps, Shape, Timing, forward, parameters, peak_rss_mb, train_step};
 use train::models::ModelKind;
 
@@ -94,11 +94,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let fma_peak = fma_peak_gflops();
     let mut limits = vec![json!({ "what": "fma_peak", "gflops": fma_peak, "threads": threads() })];
     let matmul_n = if args.quick { 256 } else { 1024 };
+    let matmul_reps = if args.quick { Reps::QUICK } else { Reps { measured: 20, ..Reps::FULL } };
+    let gemm = gemm_gflops(matmul_n, matmul_reps)?;
+    println!("  this project's GEMM (the dense layers on flex and ndarray): {matmul_n}^3 {gemm:.0} GFLOP/s");
+    limits.push(json!({ "what": "gemm", "n": matmul_n, "gflops": gemm }));
     let mut rows = Vec::new();
     for &backend in &plan.backends {
         let device = backend.device(Default::default())?;
-        let matmul = matmul_gflops(&device, matmul_n, if args.quick { Reps::QUICK } else { Reps { measured: 20, ..Reps::FULL } })?;
-        println!("  {backend}: matmul {matmul_n}^3 {matmul:.0} GFLOP/s; FMA peak {fma_peak:.0} GFLOP/s ({} threads)", threads());
+        let matmul = matmul_gflops(&device, matmul_n, matmul_reps)?;
+        println!("  {backend}'s own matmul: {matmul_n}^3 {matmul:.0} GFLOP/s; FMA peak {fma_peak:.0} GFLOP/s ({} threads)", threads());
         limits.push(json!({ "what": "matmul", "backend": backend, "n": matmul_n, "gflops": matmul }));
         for (series, cases) in [("sweep", &plan.cases), ("scaling", &plan.scaling)] {
             for &case in cases {

@@ -297,8 +297,6 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool)
         // The other orientation of each operand, and the output gradient in both.
         let mut grad_rows = vec![0.0; pairs * padded_t * wv]; // [pairs, T', Wv]
         pack_rows(output_grad, dims, query_len, value_dim, padded_t, wv, &mut grad_rows);
-        let mut grad_t = vec![[0.0; LANES]; pairs * row_blocks * wv]; // [pairs, Tb, Wv] lanes
-        lanes_from_rows(&grad_rows, wv, &mut grad_t);
         let mut query_rows = vec![0.0; pairs * padded_t * wk]; // [pairs, T', Wk]
         rows_from_lanes(&saved.query_t, wk, &mut query_rows);
         let mut key_t = vec![[0.0; LANES]; pairs * key_blocks * wk]; // [pairs, Sb, Wk] lanes
@@ -356,30 +354,29 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool)
                         dispatch!(isa, key_value_tile(job, scratch));
                     },
                 );
-        }
-        if fused_dq {
-            // dq accumulates in the key-block walk; nothing more to do.
-        } else {
-        query_grad.par_chunks_mut(LANES * wk).enumerate().with_min_len(4).for_each_init(
-            || Scratch::new(dims),
-            |scratch, (tile, query_grad)| {
-                let (pair, block) = (tile / row_blocks, tile % row_blocks);
-                let rows = pair * padded_t + block * LANES;
-                let job = QueryTile {
-                    query_t: &saved.query_t[tile * wk..][..wk],
-                    grad_t: &grad_t[tile * wv..][..wv],
-                    key_rows: &saved.key_rows[pair * padded_s * wk..][..padded_s * wk],
-                    value_rows: &saved.value_rows[pair * padded_s * wv..][..padded_s * wv],
-                    row_max: saved.row_max[rows..][..LANES].try_into().expect("16 rows"),
-                    inv_row_sum: saved.inv_row_sum[rows..][..LANES].try_into().expect("16 rows"),
-                    row_dot: row_dot[rows..][..LANES].try_into().expect("16 rows"),
-                    mask: saved.mask.row_block(&dims, pair, block),
-                    scale: saved.scale,
-                    query_grad,
-                };
-                dispatch!(isa, query_tile(job, scratch));
-            },
-        );
+            // dq by a pass of its own, 16 query rows at a time.
+            let mut grad_t = vec![[0.0; LANES]; pairs * row_blocks * wv]; // [pairs, Tb, Wv] lanes
+            lanes_from_rows(&grad_rows, wv, &mut grad_t);
+            query_grad.par_chunks_mut(LANES * wk).enumerate().with_min_len(4).for_each_init(
+                || Scratch::new(dims),
+                |scratch, (tile, query_grad)| {
+                    let (pair, block) = (tile / row_blocks, tile % row_blocks);
+                    let rows = pair * padded_t + block * LANES;
+                    let job = QueryTile {
+                        query_t: &saved.query_t[tile * wk..][..wk],
+                        grad_t: &grad_t[tile * wv..][..wv],
+                        key_rows: &saved.key_rows[pair * padded_s * wk..][..padded_s * wk],
+                        value_rows: &saved.value_rows[pair * padded_s * wv..][..padded_s * wv],
+                        row_max: saved.row_max[rows..][..LANES].try_into().expect("16 rows"),
+                        inv_row_sum: saved.inv_row_sum[rows..][..LANES].try_into().expect("16 rows"),
+                        row_dot: row_dot[rows..][..LANES].try_into().expect("16 rows"),
+                        mask: saved.mask.row_block(&dims, pair, block),
+                        scale: saved.scale,
+                        query_grad,
+                    };
+                    dispatch!(isa, query_tile(job, scratch));
+                },
+            );
         }
     }
     Gradients {

@@ -33,23 +33,28 @@ pub struct BoolMask {
 }
 
 impl BoolMask {
-    /// Drops what the mask does not need: `None` when it allows every pair, and a key-padding mask
-    /// (`Tm = 1`) when every query row of each slice is the same (Keras users pass padding as a
-    /// full `[B, T, S]` mask).
-    pub fn compact(self) -> Option<BoolMask> {
+    /// Drops what the mask does not need: `None` when it allows every pair, the causal rule
+    /// (`(true, None)`) when every slice is the causal pattern (torch users pass causality as a
+    /// boolean `attn_mask`), and a key-padding mask (`Tm = 1`) when every query row of each slice
+    /// is the same (Keras users pass padding as a full `[B, T, S]` mask).
+    pub fn compact(self) -> (bool, Option<BoolMask>) {
         if self.allowed.iter().all(|&a| a) {
-            return None;
+            return (false, None);
         }
         let [bm, hm, tm, s] = self.dims;
         if tm > 1 && s > 0 {
             let slices = self.allowed.chunks_exact(tm * s);
+            let causal_row = |(t, row): (usize, &[bool])| row.iter().enumerate().all(|(key, &a)| a == (key <= t));
+            if slices.clone().all(|slice| slice.chunks_exact(s).enumerate().all(causal_row)) {
+                return (true, None);
+            }
             let rows_equal = slices.clone().all(|slice| slice.chunks_exact(s).all(|row| row == &slice[..s]));
             if rows_equal {
                 let allowed = slices.flat_map(|slice| slice[..s].iter().copied()).collect();
-                return Some(BoolMask { dims: [bm, hm, 1, s], allowed });
+                return (false, Some(BoolMask { dims: [bm, hm, 1, s], allowed }));
             }
         }
-        Some(self)
+        (false, Some(self))
     }
 }
 
@@ -86,8 +91,9 @@ impl Mask {
 
     /// The rule for `dims` with an explicit mask, which must broadcast to `[B, h, T, S]`.
     pub fn with_mask(causal: bool, rows: FullyMaskedRows, mask: Option<BoolMask>, dims: Dims) -> Self {
-        let bits = mask.and_then(BoolMask::compact).map(|mask| MaskBits::pack(&mask, dims));
-        Self { causal, rows, bits }
+        let (mask_is_causal, mask) = mask.map_or((false, None), BoolMask::compact);
+        let bits = mask.map(|mask| MaskBits::pack(&mask, dims));
+        Self { causal: causal || mask_is_causal, rows, bits }
     }
 
     /// Whether some (query, key) pair of a non-empty call may be blocked.
@@ -364,12 +370,18 @@ mod tests {
     fn padding_given_as_a_full_mask_becomes_a_key_mask() {
         let lengths = [5usize, 37];
         let allowed = lengths.iter().flat_map(|&n| (0..19).flat_map(move |_| (0..37).map(move |s| s < n))).collect();
-        let mask = BoolMask { dims: [2, 1, 19, 37], allowed }.compact().unwrap();
+        let mask = BoolMask { dims: [2, 1, 19, 37], allowed }.compact().1.unwrap();
         assert_eq!(mask.dims, [2, 1, 1, 37]);
         let d = dims(19, 37);
         let rule = Mask::with_mask(false, FullyMaskedRows::Zero, Some(mask), d);
         check(&rule, d, |pair, _, s| s < lengths[pair / 3]);
         assert_eq!(rule.row_block(&d, 0, 0).keys, (0, 16), "keys past the length are skipped");
-        assert!(BoolMask { dims: [1, 1, 2, 3], allowed: vec![true; 6] }.compact().is_none());
+        assert_eq!(BoolMask { dims: [1, 1, 2, 3], allowed: vec![true; 6] }.compact(), (false, None));
+        // torch's causal attn_mask, as a boolean mask, is the causal rule.
+        let causal: Vec<bool> = (0..5 * 7).map(|i| i % 7 <= i / 7).collect();
+        assert_eq!(BoolMask { dims: [1, 1, 5, 7], allowed: causal.clone() }.compact(), (true, None));
+        let mut almost = causal;
+        almost[3] = true;
+        assert!(BoolMask { dims: [1, 1, 5, 7], allowed: almost }.compact().1.is_some(), "one pair off is not causal");
     }
 }

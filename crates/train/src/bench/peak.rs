@@ -99,3 +99,16 @@ pub fn matmul_gflops(device: &Device, n: usize, reps: Reps) -> Result<f64> {
     })?;
     Ok(2.0 * (n * n * n) as f64 / (timing.median_ms * 1e6))
 }
+
+/// The float32 rate (GFLOP/s) of this project's own GEMM ([`model::fused::gemm`], what the dense
+/// layers use on the CPU backends) on a square `[n, n] x [n, n]` product.
+pub fn gemm_gflops(n: usize, reps: Reps) -> Result<f64> {
+    use model::fused::gemm::{View, matmul};
+    let a: Vec<f32> = (0..n * n).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
+    let b: Vec<f32> = (0..n * n).map(|i| ((i * 5) % 11) as f32 - 5.0).collect();
+    let timing = time(reps, 1, || {
+        std::hint::black_box(matmul(View::new(&a, n, n), View::new(&b, n, n)));
+        Ok(())
+    })?;
+    Ok(2.0 * (n * n * n) as f64 / (timing.median_ms * 1e6))
+}
