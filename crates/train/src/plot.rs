@@ -155,7 +155,9 @@ fn draw_scaling<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, points: &[Scal
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("plotting failed: {e:?}");
     root.fill(&WHITE).map_err(err)?;
     let panels = root.split_evenly((1, 2));
-    let lengths = (points.first().map_or(1, |p| p.seq_len) as f64, points.last().map_or(2, |p| p.seq_len) as f64);
+    // The x axis is log2(T): one labelled step per doubling.
+    let log2 = |t: usize| (t.max(1) as f64).log2();
+    let lengths = (points.first().map_or(0.0, |p| log2(p.seq_len)), points.last().map_or(1.0, |p| log2(p.seq_len)));
     type Series = fn(&ScalingPoint) -> (Option<f64>, Option<f64>);
     let specs: [(&str, &str, Series); 2] = [
         ("training step time", "ms", |p| (Some(p.ours_ms), p.torch_ms)),
@@ -170,13 +172,17 @@ fn draw_scaling<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, points: &[Scal
             .margin(12)
             .x_label_area_size(36)
             .y_label_area_size(56)
-            .build_cartesian_2d((lengths.0 / 1.2..lengths.1 * 1.2).log_scale(), (lo..hi).log_scale())
+            .build_cartesian_2d(lengths.0 - 0.3..lengths.1 + 0.3, (lo..hi).log_scale())
             .map_err(err)?;
         chart
             .configure_mesh()
             .x_desc("sequence length T (8192 tokens per batch)")
             .y_desc(unit)
-            .x_label_formatter(&|v| format!("{v:.0}"))
+            .x_labels((lengths.1 - lengths.0) as usize + 3)
+            .x_label_formatter(&|v| if (v - v.round()).abs() < 1e-6 { format!("{}", 2f64.powf(v.round())) } else { String::new() })
+            .y_label_formatter(&|v| nice_log_label(*v))
+            .y_labels(12)
+            .light_line_style(TRANSPARENT)
             .draw()
             .map_err(err)?;
         let lines = [("ours (flex, fused kernel)", RGBColor(31, 119, 180), 0), ("torch SDPA", RGBColor(214, 39, 40), 1)];
@@ -185,7 +191,7 @@ fn draw_scaling<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, points: &[Scal
                 .iter()
                 .filter_map(|p| {
                     let (ours, torch) = series(p);
-                    Some((p.seq_len as f64, if which == 0 { ours? } else { torch? }))
+                    Some((log2(p.seq_len), if which == 0 { ours? } else { torch? }))
                 })
                 .collect();
             chart
@@ -195,8 +201,35 @@ fn draw_scaling<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, points: &[Scal
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
             chart.draw_series(line.iter().map(|&p| Circle::new(p, 3, color.filled()))).map_err(err)?;
         }
-        chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw().map_err(err)?;
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)?;
     }
     root.present().map_err(err)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scaling_plot_is_written_as_a_png() {
+        let points: Vec<ScalingPoint> = [128, 256, 512, 1024]
+            .iter()
+            .map(|&t| ScalingPoint { seq_len: t, ours_ms: t as f64 * 0.1, torch_ms: Some(t as f64 * 0.12), ours_mb: Some(80.0), torch_mb: None })
+            .collect();
+        let dir = std::env::temp_dir().join(format!("scaling-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let png = dir.join("scaling.png");
+        scaling(&points, &png).unwrap();
+        let bytes = std::fs::read(&png).unwrap();
+        assert!(bytes.len() > 1000 && bytes.starts_with(b"\x89PNG"), "{} bytes", bytes.len());
+        std::fs::copy(&png, std::env::temp_dir().join("scaling-plot-latest.png")).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
