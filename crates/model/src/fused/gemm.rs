@@ -14,6 +14,9 @@ use super::tile::{Lanes, Portable, Vector, lane_dots};
 /// Rows of `A` per parallel task: `ROWS x K` floats stay in L2 while every panel passes.
 const ROWS: usize = 64;
 
+/// The slice of `K` one pass over the panels covers.
+const DEPTH: usize = 256;
+
 /// A matrix in host memory: element `(i, j)` is `data[i * row_stride + j * col_stride]`.
 #[derive(Debug, Clone, Copy)]
 pub struct View<'a> {
@@ -46,10 +49,19 @@ impl<'a> View<'a> {
         if self.col_stride == 1 && self.row_stride == self.cols {
             return std::borrow::Cow::Borrowed(&self.data[..self.rows * self.cols]);
         }
+        // Strided reads, in tiles of 32 x 32 so that each source line is used while cached.
+        const TILE: usize = 32;
         let mut out = vec![0.0; self.rows * self.cols];
-        out.par_chunks_mut(self.cols.max(1)).enumerate().for_each(|(i, row)| {
-            for (j, x) in row.iter_mut().enumerate() {
-                *x = self.at(i, j);
+        out.par_chunks_mut(TILE * self.cols.max(1)).enumerate().for_each(|(block, out)| {
+            let first_row = block * TILE;
+            let rows = out.len() / self.cols.max(1);
+            for first_col in (0..self.cols).step_by(TILE) {
+                let cols = TILE.min(self.cols - first_col);
+                for j in first_col..first_col + cols {
+                    for i in 0..rows {
+                        out[i * self.cols + j] = self.at(first_row + i, j);
+                    }
+                }
             }
         });
         std::borrow::Cow::Owned(out)
@@ -116,24 +128,34 @@ fn pack_panels(b: View) -> Vec<Lanes> {
     panels
 }
 
-/// One block of `C`'s rows: `c [rows, N] = a [rows, K] · B`.
+/// One block of `C`'s rows: `c [rows, N] = a [rows, K] · B`, `DEPTH` of `K` at a time so that
+/// each panel's slice (`DEPTH x 16` floats) stays in L1 while the block's rows pass.
 #[inline(always)]
 fn block_product<V: Vector, const NR: usize>(a: &[f32], panels: &[Lanes], k: usize, n: usize, c: &mut [f32]) {
     let rows = a.len() / k;
     let full = rows / NR * NR;
     let mut out = [[0.0; LANES]; NR];
-    for (panel, columns) in panels.chunks_exact(k).enumerate() {
-        let first = panel * LANES;
-        let width = LANES.min(n - first);
-        for start in (0..full).step_by(NR) {
-            lane_dots::<V, NR>(columns, &a[start * k..], k, &mut out);
-            for (r, row) in out.iter().enumerate() {
-                c[(start + r) * n + first..][..width].copy_from_slice(&row[..width]);
+    for first_k in (0..k).step_by(DEPTH) {
+        let depth = DEPTH.min(k - first_k);
+        // The first slice of K writes C, the others add to it.
+        let write = |c: &mut [f32], sums: &Lanes| match first_k {
+            0 => c.copy_from_slice(&sums[..c.len()]),
+            _ => c.iter_mut().zip(sums).for_each(|(c, s)| *c += s),
+        };
+        for (panel, columns) in panels.chunks_exact(k).enumerate() {
+            let columns = &columns[first_k..][..depth];
+            let first = panel * LANES;
+            let width = LANES.min(n - first);
+            for start in (0..full).step_by(NR) {
+                lane_dots::<V, NR>(columns, &a[start * k + first_k..], k, &mut out);
+                for (r, sums) in out.iter().enumerate() {
+                    write(&mut c[(start + r) * n + first..][..width], sums);
+                }
             }
-        }
-        for start in full..rows {
-            lane_dots::<V, 1>(columns, &a[start * k..], k, &mut out[..1]);
-            c[start * n + first..][..width].copy_from_slice(&out[0][..width]);
+            for start in full..rows {
+                lane_dots::<V, 1>(columns, &a[start * k + first_k..], k, &mut out[..1]);
+                write(&mut c[start * n + first..][..width], &out[0]);
+            }
         }
     }
 }
@@ -144,7 +166,7 @@ mod tests {
 
     #[test]
     fn products_of_every_layout_match_the_definition_on_every_instruction_set() {
-        for (m, k, n) in [(1, 1, 1), (7, 5, 3), (70, 33, 40), (130, 17, 16), (9, 64, 100)] {
+        for (m, k, n) in [(1, 1, 1), (7, 5, 3), (70, 33, 40), (130, 17, 16), (9, 64, 100), (20, 600, 24)] {
             let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
             let b: Vec<f32> = (0..k * n).map(|i| ((i * 5) % 13) as f32 * 0.25 - 1.5).collect();
             let want: Vec<f32> = (0..m * n).map(|i| (0..k).map(|j| a[i / n * k + j] * b[j * n + i % n]).sum()).collect();
