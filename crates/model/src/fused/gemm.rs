@@ -4,14 +4,15 @@
 //! `B` is packed once into panels of 16 columns, `[K] x Lanes` each; a block of `A`'s rows is
 //! multiplied by every panel while it stays in L2, `NR` rows at a time: each `B` panel vector is
 //! loaded once per `NR` fused multiply-adds and each `A` scalar broadcast once per 16 outputs.
-//! Blocks of rows run in parallel on rayon's pool.
+//! `A` is read in place in any layout (a weight gradient's `xᵀ` is never copied), and blocks of
+//! rows run in parallel on rayon's pool, smaller blocks when `A` has few rows.
 
 use rayon::prelude::*;
 
 use super::kernel::{Isa, LANES};
 use super::tile::{Lanes, Portable, Vector, lane_dots};
 
-/// Rows of `A` per parallel task: `ROWS x K` floats stay in L2 while every panel passes.
+/// The most rows of `A` per parallel task.
 const ROWS: usize = 64;
 
 /// The slice of `K` one pass over the panels covers.
@@ -38,34 +39,6 @@ impl<'a> View<'a> {
     pub fn t(self) -> Self {
         Self { rows: self.cols, cols: self.rows, row_stride: self.col_stride, col_stride: self.row_stride, ..self }
     }
-
-    #[inline(always)]
-    fn at(&self, i: usize, j: usize) -> f32 {
-        self.data[i * self.row_stride + j * self.col_stride]
-    }
-
-    /// The rows, contiguous: borrowed when already row-major, copied otherwise.
-    fn row_major(&self) -> std::borrow::Cow<'a, [f32]> {
-        if self.col_stride == 1 && self.row_stride == self.cols {
-            return std::borrow::Cow::Borrowed(&self.data[..self.rows * self.cols]);
-        }
-        // Strided reads, in tiles of 32 x 32 so that each source line is used while cached.
-        const TILE: usize = 32;
-        let mut out = vec![0.0; self.rows * self.cols];
-        out.par_chunks_mut(TILE * self.cols.max(1)).enumerate().for_each(|(block, out)| {
-            let first_row = block * TILE;
-            let rows = out.len() / self.cols.max(1);
-            for first_col in (0..self.cols).step_by(TILE) {
-                let cols = TILE.min(self.cols - first_col);
-                for j in first_col..first_col + cols {
-                    for i in 0..rows {
-                        out[i * self.cols + j] = self.at(first_row + i, j);
-                    }
-                }
-            }
-        });
-        std::borrow::Cow::Owned(out)
-    }
 }
 
 /// `A B` as a row-major `[M, N]` buffer.
@@ -80,11 +53,12 @@ pub(crate) fn matmul_with(isa: Isa, a: View, b: View) -> Vec<f32> {
     if m == 0 || n == 0 || k == 0 {
         return c;
     }
-    let a = a.row_major(); // [M, K]
     let panels = pack_panels(b); // [N/16, K] lanes
-    c.par_chunks_mut(ROWS * n).enumerate().for_each(|(block, c)| {
-        let rows = c.len() / n;
-        let a = &a[block * ROWS * k..][..rows * k];
+    let block_rows = rows_per_task(m);
+    c.par_chunks_mut(block_rows * n).enumerate().for_each(|(block, c)| {
+        // A's rows of this block, read in place whatever A's layout (a transpose included).
+        let first = block * block_rows * a.row_stride;
+        let a = Rows { data: &a.data[first..], rows: c.len() / n, stride: a.row_stride, depth_stride: a.col_stride };
         match isa {
             Isa::Baseline => block_product::<Portable, 2>(a, &panels, k, n, c),
             // SAFETY: an `Isa` other than `Baseline` comes from `Isa::available`.
@@ -103,12 +77,12 @@ mod simd {
     use crate::fused::tile::{Avx2, Avx512};
 
     #[target_feature(enable = "avx512f,avx2,fma")]
-    pub unsafe fn block_product_avx512(a: &[f32], panels: &[Lanes], k: usize, n: usize, c: &mut [f32]) {
+    pub unsafe fn block_product_avx512(a: Rows, panels: &[Lanes], k: usize, n: usize, c: &mut [f32]) {
         block_product::<Avx512, 8>(a, panels, k, n, c)
     }
 
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn block_product_avx2(a: &[f32], panels: &[Lanes], k: usize, n: usize, c: &mut [f32]) {
+    pub unsafe fn block_product_avx2(a: Rows, panels: &[Lanes], k: usize, n: usize, c: &mut [f32]) {
         block_product::<Avx2, 4>(a, panels, k, n, c)
     }
 }
@@ -119,24 +93,45 @@ fn pack_panels(b: View) -> Vec<Lanes> {
     let mut panels = vec![[0.0; LANES]; n.div_ceil(LANES) * k];
     panels.par_chunks_mut(k).enumerate().for_each(|(panel, out)| {
         let first = panel * LANES;
+        let width = LANES.min(n - first);
         for (row, lanes) in out.iter_mut().enumerate() {
-            for (i, x) in lanes.iter_mut().enumerate().take(n - first.min(n)) {
-                *x = b.at(row, first + i);
+            let source = &b.data[row * b.row_stride + first * b.col_stride..];
+            if b.col_stride == 1 && width == LANES {
+                *lanes = source[..LANES].try_into().expect("16 columns");
+            } else {
+                lanes[..width].iter_mut().enumerate().for_each(|(i, x)| *x = source[i * b.col_stride]);
             }
         }
     });
     panels
 }
 
+/// Rows of `A` per parallel task: at most 64 (`64 x K` floats stay in L2 while every panel
+/// passes), fewer when `A` is short, so that both threads get work (a weight gradient `xᵀ dy`
+/// has as few rows as the layer has inputs).
+fn rows_per_task(m: usize) -> usize {
+    let tasks = 4 * rayon::current_num_threads();
+    m.div_ceil(tasks).next_multiple_of(8).clamp(8, ROWS)
+}
+
+/// A block of `A`'s rows: element `(i, d)` is `data[i * stride + d * depth_stride]`.
+#[derive(Clone, Copy)]
+struct Rows<'a> {
+    data: &'a [f32],
+    rows: usize,
+    stride: usize,
+    depth_stride: usize,
+}
+
 /// One block of `C`'s rows: `c [rows, N] = a [rows, K] · B`, `DEPTH` of `K` at a time so that
 /// each panel's slice (`DEPTH x 16` floats) stays in L1 while the block's rows pass.
 #[inline(always)]
-fn block_product<V: Vector, const NR: usize>(a: &[f32], panels: &[Lanes], k: usize, n: usize, c: &mut [f32]) {
-    let rows = a.len() / k;
-    let full = rows / NR * NR;
+fn block_product<V: Vector, const NR: usize>(a: Rows, panels: &[Lanes], k: usize, n: usize, c: &mut [f32]) {
+    let full = a.rows / NR * NR;
     let mut out = [[0.0; LANES]; NR];
     for first_k in (0..k).step_by(DEPTH) {
         let depth = DEPTH.min(k - first_k);
+        let rows_from = |start: usize| &a.data[start * a.stride + first_k * a.depth_stride..];
         // The first slice of K writes C, the others add to it.
         let write = |c: &mut [f32], sums: &Lanes| match first_k {
             0 => c.copy_from_slice(&sums[..c.len()]),
@@ -147,13 +142,13 @@ fn block_product<V: Vector, const NR: usize>(a: &[f32], panels: &[Lanes], k: usi
             let first = panel * LANES;
             let width = LANES.min(n - first);
             for start in (0..full).step_by(NR) {
-                lane_dots::<V, NR>(columns, &a[start * k + first_k..], k, &mut out);
+                lane_dots::<V, NR>(columns, rows_from(start), a.stride, a.depth_stride, &mut out);
                 for (r, sums) in out.iter().enumerate() {
                     write(&mut c[(start + r) * n + first..][..width], sums);
                 }
             }
-            for start in full..rows {
-                lane_dots::<V, 1>(columns, &a[start * k + first_k..], k, &mut out[..1]);
+            for start in full..a.rows {
+                lane_dots::<V, 1>(columns, rows_from(start), a.stride, a.depth_stride, &mut out[..1]);
                 write(&mut c[start * n + first..][..width], &out[0]);
             }
         }

@@ -465,7 +465,7 @@ fn forward_tile<V: Vector, const NR: usize, const FMA: bool>(job: ForwardTile, s
     for start in (lo..hi).step_by(STEP) {
         let n = STEP.min(hi - start);
         let scores = &mut scratch.scores[..n];
-        lane_dots::<V, NR>(job.query_t, &job.key_rows[start * wk..], wk, scores);
+        lane_dots::<V, NR>(job.query_t, &job.key_rows[start * wk..], wk, 1, scores);
         let masked = !job.mask.all_allowed(start + n);
         if masked {
             mask_scores(scores, &mut scratch.bits[..n], |j| job.mask.bits(start + j));
@@ -624,8 +624,8 @@ fn key_value_tile<V: Vector, const NR: usize, const FMA: bool>(mut job: KeyValue
     for start in (lo..hi).step_by(STEP) {
         let n = STEP.min(hi - start);
         let (probs, grads) = (&mut scratch.scores[..n], &mut scratch.grads[..n]);
-        lane_dots::<V, NR>(job.key_t, &job.query_rows[start * wk..], wk, probs); // s_j for each row
-        lane_dots::<V, NR>(job.value_t, &job.grad_rows[start * wv..], wv, grads); // dp_j
+        lane_dots::<V, NR>(job.key_t, &job.query_rows[start * wk..], wk, 1, probs); // s_j for each row
+        lane_dots::<V, NR>(job.value_t, &job.grad_rows[start * wv..], wv, 1, grads); // dp_j
         let masked = !job.mask.all_allowed(start, n);
         for (r, (p, g)) in probs.iter_mut().zip(grads.iter_mut()).enumerate() {
             let t = start + r;
@@ -710,8 +710,8 @@ fn query_tile<V: Vector, const NR: usize, const FMA: bool>(job: QueryTile, scrat
     for start in (lo..hi).step_by(STEP) {
         let n = STEP.min(hi - start);
         let (scores, grads) = (&mut scratch.scores[..n], &mut scratch.grads[..n]);
-        lane_dots::<V, NR>(job.query_t, &job.key_rows[start * wk..], wk, scores);
-        lane_dots::<V, NR>(job.grad_t, &job.value_rows[start * wv..], wv, grads); // dp_j
+        lane_dots::<V, NR>(job.query_t, &job.key_rows[start * wk..], wk, 1, scores);
+        lane_dots::<V, NR>(job.grad_t, &job.value_rows[start * wv..], wv, 1, grads); // dp_j
         let masked = !job.mask.all_allowed(start + n);
         for (j, (s, g)) in scores.iter().zip(grads.iter_mut()).enumerate() {
             let mut prob = lanes(|i| exp_nonpositive::<FMA>(s[i] - max[i]) * inv[i]);

@@ -156,20 +156,27 @@ mod x86 {
     }
 }
 
-/// `out[r] = Σ_d tile[d] · rows[r * stride + d]` for `d < tile.len()`; `out.len()` must be a
-/// multiple of `NR`.
+/// `out[r] = Σ_d tile[d] · rows[r * row_stride + d * depth_stride]` for `d < tile.len()`;
+/// `out.len()` must be a multiple of `NR`. The depth stride lets the GEMM read a transposed
+/// operand in place (the kernel's rows are contiguous: `depth_stride = 1`).
 #[inline(always)]
-pub fn lane_dots<V: Vector, const NR: usize>(tile: &[Lanes], rows: &[f32], stride: usize, out: &mut [Lanes]) {
+pub fn lane_dots<V: Vector, const NR: usize>(tile: &[Lanes], rows: &[f32], row_stride: usize, depth_stride: usize, out: &mut [Lanes]) {
     let width = tile.len();
     for (group, out) in out.chunks_exact_mut(NR).enumerate() {
-        let rows: [&[f32]; NR] = std::array::from_fn(|r| &rows[(group * NR + r) * stride..][..width]);
+        let first = group * NR * row_stride;
+        if width > 0 {
+            let last = first + (NR - 1) * row_stride + (width - 1) * depth_stride;
+            assert!(last < rows.len(), "lane_dots reads element {last} of {}", rows.len());
+        }
+        // SAFETY: every element read below is at most `last`, checked above; checked per
+        // element, the NR bounds tests would cost as much as the multiply-adds.
+        let starts: [*const f32; NR] = std::array::from_fn(|r| unsafe { rows.as_ptr().add(first + r * row_stride) });
         let mut acc = [V::zero(); NR];
         for (d, column) in tile.iter().enumerate() {
             let column = V::load(column);
+            let offset = d * depth_stride;
             for r in 0..NR {
-                // SAFETY: every `rows[r]` is `width` long and `d < tile.len() = width`; checked,
-                // the NR bounds tests would cost as much as the multiply-adds.
-                let x = unsafe { *rows[r].get_unchecked(d) };
+                let x = unsafe { *starts[r].add(offset) };
                 acc[r] = column.mul_add(V::splat(x), acc[r]);
             }
         }
@@ -221,7 +228,7 @@ mod tests {
         let tile: Vec<Lanes> = (0..width).map(|d| lanes(|i| (d * 16 + i) as f32 * 0.01)).collect();
         let rows: Vec<f32> = (0..n * stride).map(|x| (x % 7) as f32 - 3.0).collect();
         let mut out = vec![[0.0; LANES]; n];
-        lane_dots::<Portable, 8>(&tile, &rows, stride, &mut out);
+        lane_dots::<Portable, 8>(&tile, &rows, stride, 1, &mut out);
         for r in 0..n {
             for i in 0..LANES {
                 let want: f32 = (0..width).map(|d| tile[d][i] * rows[r * stride + d]).sum();
