@@ -15,6 +15,7 @@ pub mod dense;
 pub mod error;
 pub mod fixture;
 pub mod fused;
+pub mod keras_file;
 pub mod keras_mha;
 pub mod projected;
 pub mod torch_mha;

@@ -1,0 +1,153 @@
+//! Keras model files written by the real keras 3.15.1 (`datasets/model-files/make_model_files.py`):
+//! reading them finds every attention layer with its arguments and weights, and our layer on
+//! those weights reproduces the real layer's output on the probe the script saved.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::Device;
+use model::keras_file::{KerasFileLayer, read_keras_file};
+use model::{KerasMhaInput, TensorFile};
+
+fn model_files() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../datasets/model-files")
+}
+
+/// The largest difference between our layer's output and Keras' on the saved probe.
+fn probe_error(layer: &KerasFileLayer, probe: &TensorFile, device: &Device) -> f32 {
+    let tensor = |suffix: &str| probe.tensors.get(&format!("{}.{suffix}", layer.name)).unwrap().to_tensor::<3>(suffix, device).unwrap();
+    let mha = layer.config.init_with_weights(&layer.weights, device).unwrap();
+    let input = KerasMhaInput::new(tensor("query"), tensor("value")).key(tensor("key"));
+    let output = mha.forward(input).unwrap().output; // [B, T, O]
+    let want = probe.tensors.get(&format!("{}.output", layer.name)).unwrap();
+    assert_eq!(output.dims().to_vec(), want.shape, "{}: output shape", layer.name);
+    let got = output.into_data().try_to_vec::<f32>().unwrap();
+    got.iter().zip(&want.data).map(|(g, w)| (g - w).abs()).fold(0.0, f32::max)
+}
+
+fn read(name: &str) -> Vec<KerasFileLayer> {
+    read_keras_file(&model_files().join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+#[test]
+fn archives_and_weights_files_reproduce_the_real_layers() {
+    let device = Device::flex();
+    let cases: [(&str, &str, &[(&str, &str)]); 3] = [
+        ("functional.keras", "functional", &[("attn_values", "layers/multi_head_attention"), ("attn_nobias", "layers/multi_head_attention_1")]),
+        ("functional.weights.h5", "functional", &[("attn_values", "layers/multi_head_attention"), ("attn_nobias", "layers/multi_head_attention_1")]),
+        ("nested.keras", "nested", &[("multi_head_attention", "layers/functional/layers/multi_head_attention")]),
+    ];
+    for (file, stem, want) in cases {
+        let layers = read(file);
+        let found: Vec<(&str, &str)> = layers.iter().map(|l| (l.name.as_str(), l.path.as_str())).collect();
+        assert_eq!(found, want, "{file}: layers found");
+        let probe = TensorFile::read(&model_files().join(format!("{stem}.probe.safetensors"))).unwrap();
+        for layer in &layers {
+            let error = probe_error(layer, &probe, &device);
+            assert!(error <= 1e-5, "{file} {}: max |ours - keras| = {error:e}", layer.name);
+        }
+    }
+}
+
+#[test]
+fn constructor_arguments_come_from_the_archive() {
+    let layers = read("functional.keras");
+    let values = &layers[0].config;
+    assert_eq!((values.num_heads, values.key_dim, values.value_dim, values.output_shape, values.use_bias), (2, 4, Some(3), Some(6), true));
+    let nobias = &layers[1].config;
+    assert_eq!((nobias.num_heads, nobias.key_dim, nobias.use_bias, nobias.key_input_dim, nobias.value_input_dim), (3, 2, false, Some(5), Some(5)));
+    // The bare weights file gives the same layers, sizes read off the kernels.
+    for (archive, weights) in layers.iter().zip(read("functional.weights.h5")) {
+        assert_eq!(archive.config.dims().unwrap(), weights.config.dims().unwrap(), "{}", archive.name);
+        assert_eq!(archive.weights, weights.weights, "{}", archive.name);
+    }
+}
+
+/// Every read of a damaged file returns an error naming the file, never a panic: truncations
+/// at every 1/64 of the file, and corruptions of 1 to 4 bytes throughout it (200 per file, or
+/// `KERAS_FILE_MUTATIONS` for a longer fuzzing run).
+#[test]
+fn damaged_files_are_errors_not_panics() {
+    for name in ["functional.keras", "functional.weights.h5", "nested.keras"] {
+        let bytes = std::fs::read(model_files().join(name)).unwrap();
+        let dir = std::env::temp_dir().join(format!("keras-file-damage-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        let mut tried = 0;
+        let mut check = |damaged: &[u8]| {
+            std::fs::write(&path, damaged).unwrap();
+            tried += 1;
+            if let Err(error) = read_keras_file(&path) {
+                assert!(error.to_string().contains(&path.display().to_string()), "{name}: error without the file: {error}");
+            }
+        };
+        for cut in (0..64).map(|i| bytes.len() * i / 64) {
+            check(&bytes[..cut]);
+        }
+        let mutations: usize = std::env::var("KERAS_FILE_MUTATIONS").ok().and_then(|n| n.parse().ok()).unwrap_or(200);
+        let mut state = 0x9e3779b97f4a7c15u64;
+        let mut next = || {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            state >> 33
+        };
+        for _ in 0..mutations {
+            let mut damaged = bytes.clone();
+            for _ in 0..1 + next() % 4 {
+                let at = next() as usize % damaged.len();
+                damaged[at] = next() as u8;
+            }
+            check(&damaged);
+        }
+        std::fs::remove_dir_all(&dir).ok();
+        assert_eq!(tried, 64 + mutations);
+    }
+}
+
+#[test]
+fn a_file_of_another_kind_is_named_in_the_error() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let error = read_keras_file(&path).unwrap_err().to_string();
+    assert!(error.contains("Cargo.toml") && error.contains("neither a .keras archive"), "{error}");
+}
+
+/// `functional.keras` with `attn_values`' config edited by `edit`, written to a scratch archive.
+fn edited_archive(tag: &str, edit: impl Fn(&mut serde_json::Value)) -> PathBuf {
+    use std::io::{Read, Write};
+    let source = std::fs::File::open(model_files().join("functional.keras")).unwrap();
+    let mut archive = zip::ZipArchive::new(source).unwrap();
+    let path = std::env::temp_dir().join(format!("keras-file-{tag}-{}.keras", std::process::id()));
+    let mut writer = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+    for i in 0..archive.len() {
+        let mut member = archive.by_index(i).unwrap();
+        let mut bytes = Vec::new();
+        member.read_to_end(&mut bytes).unwrap();
+        if member.name() == "config.json" {
+            let mut config: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+            let layers = config.pointer_mut("/config/layers").unwrap().as_array_mut().unwrap();
+            let layer = layers.iter_mut().find(|l| l.pointer("/config/name").and_then(|n| n.as_str()) == Some("attn_values")).unwrap();
+            edit(layer.get_mut("config").unwrap());
+            bytes = serde_json::to_vec(&config).unwrap();
+        }
+        writer.start_file(member.name(), zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored)).unwrap();
+        writer.write_all(&bytes).unwrap();
+    }
+    writer.finish().unwrap();
+    path
+}
+
+#[test]
+fn configs_that_cannot_be_honoured_are_errors_naming_the_layer_and_argument() {
+    let cases: [(&str, fn(&mut serde_json::Value), &str); 4] = [
+        ("heads", |c| c["num_heads"] = 4.into(), "layer attn_values: its weights do not match its config"),
+        ("gate", |c| c["use_gate"] = true.into(), "use_gate"),
+        ("axes", |c| c["attention_axes"] = serde_json::json!([1, 2]), "attention_axes"),
+        ("unknown", |c| c["temperature"] = 2.0.into(), "layer attn_values: temperature"),
+    ];
+    for (tag, edit, expected) in cases {
+        let path = edited_archive(tag, edit);
+        let error = read_keras_file(&path).unwrap_err().to_string();
+        std::fs::remove_file(&path).ok();
+        assert!(error.contains(expected) && error.contains(&path.display().to_string()), "{tag}: {error}");
+    }
+}
