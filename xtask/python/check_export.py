@@ -4,7 +4,7 @@
     python3 xtask/python/check_export.py FILE [FILE...]
 
 Each FILE is a safetensors file in the fixture format of datasets/reference/FORMAT.md, as written by
-`cargo xtask export --format keras|torch`:
+`cargo xtask export --format keras|torch` or `cargo xtask convert --to keras|projected|torch`:
 
 * `config.framework == "keras"`: the weights are loaded BY NAME into a real
   `keras.layers.MultiHeadAttention`, which is then called on the stored probe inputs (default call, with
@@ -12,6 +12,10 @@ Each FILE is a safetensors file in the fixture format of datasets/reference/FORM
 * `config.framework == "torch"` and `config.kind == "projected"`: the weights are loaded with
   `load_state_dict(strict=True)` into `Linear(in,E) -> nn.MultiheadAttention(E,h,batch_first=True)
   -> optional Linear(E,out)`, run in eval mode with `need_weights=False`.
+* `config.framework == "torch"` without a kind (`cargo xtask convert --to torch`): a bare
+  `nn.MultiheadAttention(embed_dim, num_heads, kdim, vdim, bias, batch_first=True)` loaded with
+  `load_state_dict(strict=True)`, called on `inputs.query/key/value`; its output and head-averaged
+  weights are compared.
 
 Everything runs in float32, as a user would. The result is compared with `outputs.output` at
 `config.tolerance` (absolute, max over all elements). Prints one line per file
@@ -196,10 +200,39 @@ def torch_state_dict_name(name):
     return "mha." + name
 
 
+def check_torch_mha(config, tensors):
+    """A bare `nn.MultiheadAttention` state dict (`cargo xtask convert --to torch`)."""
+    embed_dim = int(need(config, "embed_dim"))
+    kdim, vdim = config.get("kdim"), config.get("vdim")
+    mha = torch.nn.MultiheadAttention(
+        embed_dim,
+        int(need(config, "num_heads")),
+        bias=bool(config.get("bias", True)),
+        kdim=None if kdim is None else int(kdim),
+        vdim=None if vdim is None else int(vdim),
+        batch_first=True,
+    )
+    state = {k: torch.from_numpy(v.astype(np.float32)) for k, v in weights_of(tensors).items()}
+    try:
+        mha.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        raise ExportError(f"load_state_dict(strict=True) failed: {e}") from e
+    mha.eval()
+    query, key, value = (torch.from_numpy(need_tensor(tensors, f"inputs.{n}").astype(np.float32)) for n in ("query", "key", "value"))
+    with torch.no_grad():
+        out, weights = mha(query, key, value)
+    err = max_abs_err(out.numpy(), need_tensor(tensors, "outputs.output"))
+    if "outputs.attention_weights" in tensors:
+        err = max(err, max_abs_err(weights.numpy(), tensors["outputs.attention_weights"]))
+    return f"torch-{torch.__version__}", err
+
+
 def check_torch(config, tensors):
     kind = config.get("kind")
+    if kind is None:
+        return check_torch_mha(config, tensors)
     if kind != "projected":
-        raise ExportError(f"torch export kind {kind!r} is not supported (expected 'projected')")
+        raise ExportError(f"torch export kind {kind!r} is not supported (expected 'projected' or none)")
     output_dim = config.get("output_dim")
     model = Projected(
         int(need(config, "in_features")),

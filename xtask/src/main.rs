@@ -4,6 +4,7 @@
 mod bench;
 mod compare;
 mod config_args;
+mod convert;
 mod export;
 mod train;
 mod verify;
@@ -36,6 +37,9 @@ enum Command {
     /// The study: every model on every backend with several seeds, and its report.
     #[command(long_about = compare::LONG_ABOUT)]
     Compare(compare::Args),
+    /// Convert an attention layer of a Keras model file to Keras, PyTorch or Burn weights.
+    #[command(long_about = convert::LONG_ABOUT)]
+    Convert(convert::Args),
     /// Export a trained run for Burn, Keras or PyTorch.
     #[command(long_about = export::LONG_ABOUT)]
     Export(export::Args),
@@ -49,6 +53,7 @@ fn main() -> ExitCode {
         Command::Train(args) => train::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Compare(args) => compare::run(args),
+        Command::Convert(args) => convert::run(args),
         Command::Export(args) => export::run(args),
         Command::Verify(args) => verify::run(args),
     };

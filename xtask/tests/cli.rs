@@ -83,3 +83,70 @@ fn bench_quick_writes_its_table_and_json() {
     assert!(value["limits"][0]["gflops"].as_f64().is_some_and(|g| g > 0.0), "the FMA peak is measured");
     assert!(rows.iter().all(|r| r["timing"]["median_ms"].as_f64().is_some_and(|v| v > 0.0) && r["floor_ms"].as_f64().is_some_and(|v| v > 0.0)));
 }
+
+/// `convert` on files the real Keras wrote: every target that can be exact is written, checked by
+/// `verify` against the source layer's output, and reported with a difference ≤ 1e-5; the others
+/// are refused with the reason.
+#[test]
+fn convert_writes_every_exact_target_and_refuses_the_rest() {
+    let files = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/model-files");
+    let dir = scratch("convert");
+    // (file, layer, target, exact)
+    let cases = [
+        ("functional.keras", "attn_values", "keras", true),
+        ("functional.keras", "attn_values", "projected", true),
+        ("functional.keras", "attn_values", "torch", false),
+        ("functional.keras", "attn_values", "burn", true),
+        ("functional.keras", "attn_nobias", "keras", true),
+        ("functional.keras", "attn_nobias", "projected", false),
+        ("functional.keras", "attn_nobias", "torch", false),
+        ("functional.weights.h5", "attn_nobias", "burn", true),
+        ("nested.keras", "multi_head_attention", "keras", true),
+        ("nested.keras", "multi_head_attention", "projected", true),
+        ("nested.keras", "multi_head_attention", "torch", true),
+    ];
+    for (file, layer, target, exact) in cases {
+        let out = dir.join(format!("{file}.{layer}.{target}"));
+        let input = format!("{files}/{file}");
+        let run = xtask(&["convert", &input, "--to", target, "--layer", layer, "--out", out.to_str().unwrap()]);
+        let (text, errors) = (stdout(&run), String::from_utf8_lossy(&run.stderr).into_owned());
+        if !exact {
+            assert!(!run.status.success() && errors.contains("cannot be exact"), "{file} {layer} -> {target}: {text}{errors}");
+            continue;
+        }
+        assert!(run.status.success(), "{file} {layer} -> {target}: {errors}");
+        let difference: f64 = text
+            .lines()
+            .find_map(|l| l.split("on the probe: ").nth(1))
+            .and_then(|d| d.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{file} {layer} -> {target}: no difference line in {text}"));
+        assert!(difference <= 1e-5, "{file} {layer} -> {target}: difference {difference}");
+        if target != "burn" {
+            let verified = xtask(&["verify", out.to_str().unwrap(), "--backend", "flex"]);
+            let lines = stdout(&verified);
+            assert!(verified.status.success() && lines.lines().last().is_some_and(|l| l.ends_with(" 0 failed")), "{file} {layer} -> {target}: {lines}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn convert_lists_the_layers_and_asks_which_one() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/model-files/functional.keras");
+    let listed = xtask(&["convert", file]);
+    let text = stdout(&listed);
+    assert!(listed.status.success(), "{text}");
+    assert!(text.contains("attn_values (layers/multi_head_attention): num_heads=2, key_dim=4, value_dim=3, output_shape=6"), "{text}");
+    assert!(text.contains("attn_nobias (layers/multi_head_attention_1): num_heads=3, key_dim=2"), "{text}");
+    let ambiguous = xtask(&["convert", file, "--to", "keras"]);
+    let errors = String::from_utf8_lossy(&ambiguous.stderr);
+    assert!(!ambiguous.status.success() && errors.contains("2 attention layers; choose one with --layer"), "{errors}");
+}
+
+#[test]
+fn convert_names_the_file_when_it_holds_no_attention_layer() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/model-files/dense_only.keras");
+    let run = xtask(&["convert", file, "--to", "torch"]);
+    let errors = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success() && errors.contains("dense_only.keras: no MultiHeadAttention layer in this model"), "{errors}");
+}

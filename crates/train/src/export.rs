@@ -18,7 +18,7 @@ use anyhow::{Context, Result, bail};
 use burn::module::Module;
 use burn::tensor::Device;
 use model::convert::{keras_to_projected, projected_to_keras};
-use model::{HostTensor, ProjectedConfig, TensorFile, WeightMap};
+use model::{HostTensor, KerasMhaConfig, ProjectedConfig, TensorFile, WeightMap};
 use serde_json::json;
 
 use crate::config::RunConfig;
@@ -113,11 +113,22 @@ fn keras_file(config: &RunConfig, spec: &ModelSpec, weights: &WeightMap, x: &Hos
         }
         ModelSpec::Baseline { .. } => bail!("the baseline MLP has no Keras attention layer to export to (use --format burn)"),
     };
+    let case = format!("export_{}", config.name);
+    let description = format!("export of run {} ({} model) as keras.layers.MultiHeadAttention", config.name, spec.kind());
+    let probe = [("inputs.query", x), ("inputs.value", x), ("outputs.output", output)];
+    keras_fixture(&case, &description, &layer, causal, keras_weights, &probe)
+}
+
+/// A file in the `keras_*` fixture format: a layer's weights in Keras' names and shapes, a probe
+/// (`inputs.query`, `inputs.value`, optionally `inputs.key`), the layer's output on it
+/// (`outputs.output`) and its constructor arguments in the metadata.
+pub fn keras_fixture(case: &str, description: &str, layer: &KerasMhaConfig, causal: bool, weights: WeightMap, probe: &[(&str, &HostTensor)]) -> Result<TensorFile> {
     let dims = layer.dims()?;
+    let has_key = probe.iter().any(|(name, _)| *name == "inputs.key");
     let metadata = json!({
         "framework": "keras",
-        "case": format!("export_{}", config.name),
-        "description": format!("export of run {} ({} model) as keras.layers.MultiHeadAttention", config.name, spec.kind()),
+        "case": case,
+        "description": description,
         "num_heads": dims.num_heads,
         "key_dim": dims.key_dim,
         "value_dim": dims.value_dim,
@@ -125,13 +136,13 @@ fn keras_file(config: &RunConfig, spec: &ModelSpec, weights: &WeightMap, x: &Hos
         "output_shape": dims.output_dim,
         "use_causal_mask": causal,
         "dropout": layer.dropout,
-        "self_attention": true,
-        "has_key": false,
+        "self_attention": !has_key,
+        "has_key": has_key,
         "has_attention_mask": false,
         "tolerance": 1e-5,
     });
-    let mut tensors = keras_weights;
-    tensors.extend(probe_tensors(&[("inputs.query", x), ("inputs.value", x), ("outputs.output", output)]));
+    let mut tensors = weights;
+    tensors.extend(probe_tensors(probe));
     Ok(TensorFile { tensors, metadata: [("config".to_string(), metadata.to_string())].into() })
 }
 
@@ -148,11 +159,19 @@ fn torch_file(config: &RunConfig, spec: &ModelSpec, weights: &WeightMap, x: &Hos
         }
         ModelSpec::Baseline { .. } => bail!("the baseline MLP has no attention model to export to (use --format burn)"),
     };
+    let case = format!("export_{}", config.name);
+    let description = format!("export of run {} ({} model) as Linear + nn.MultiheadAttention + Linear", config.name, spec.kind());
+    projected_fixture(&case, &description, &projected, state_dict, x, output)
+}
+
+/// A file in the `projected_*` fixture format: the projected model's torch state dict, a probe
+/// `inputs.x` and the model's output on it (`outputs.output`), its sizes in the metadata.
+pub fn projected_fixture(case: &str, description: &str, projected: &ProjectedConfig, state_dict: WeightMap, x: &HostTensor, output: &HostTensor) -> Result<TensorFile> {
     let metadata = json!({
         "framework": "torch",
         "kind": "projected",
-        "case": format!("export_{}", config.name),
-        "description": format!("export of run {} ({} model) as Linear + nn.MultiheadAttention + Linear", config.name, spec.kind()),
+        "case": case,
+        "description": description,
         "in_features": projected.in_features,
         "embed_dim": projected.embed_dim,
         "num_heads": projected.num_heads,

@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod config;
+pub mod convert;
 pub mod export;
 pub mod loss;
 pub mod models;

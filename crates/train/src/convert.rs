@@ -1,0 +1,265 @@
+//! `cargo xtask convert`: one attention layer of a user's model file, converted exactly.
+//!
+//! The source is a Keras 3 `.keras` archive or `.weights.h5` file ([`model::keras_file`]). The
+//! layer is converted to
+//!
+//! * `keras`: the same layer as safetensors in Keras' names (`keras_*` fixture format);
+//! * `projected`: torch's `Linear + nn.MultiheadAttention + Linear` state dict (`projected_*`
+//!   fixture format), through the exact Keras -> projected mapping;
+//! * `torch`: a bare `nn.MultiheadAttention` state dict, where Keras' sizes allow one (`torch_*`
+//!   fixture format: the probe's `query`, `key`, `value`, output and head-averaged weights);
+//! * `burn`: the Burn module as burnpack, with the probe beside it.
+//!
+//! Every written file carries a probe batch and the *source* layer's output on it, so `cargo
+//! xtask verify FILE` (Burn) and `xtask/python/check_export.py FILE` (the real library) check it.
+//! Before returning, the written file is read back and run, and the largest difference from the
+//! source layer on the probe is reported.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use burn::module::Module;
+use burn::tensor::{Device, Distribution, Tensor};
+use model::convert::{keras_to_projected, keras_to_torch};
+use model::keras_file::{KerasFileLayer, read_keras_file};
+use model::projected::ProjectedInput;
+use model::torch_mha::{AttnWeights, TorchMhaInput};
+use model::{HostTensor, KerasMha, KerasMhaInput, TensorFile};
+use serde_json::json;
+
+use crate::export::{keras_fixture, projected_fixture};
+use crate::run::save_burnpack;
+
+/// Sequences and steps of the probe batch.
+const PROBE_BATCH: usize = 2;
+const PROBE_QUERY_LEN: usize = 7;
+const PROBE_SOURCE_LEN: usize = 9;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    Keras,
+    Projected,
+    Torch,
+    Burn,
+}
+
+impl std::str::FromStr for Target {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "keras" => Ok(Target::Keras),
+            "projected" => Ok(Target::Projected),
+            "torch" => Ok(Target::Torch),
+            "burn" => Ok(Target::Burn),
+            other => bail!("--to {other:?}: expected keras, projected, torch or burn"),
+        }
+    }
+}
+
+impl Target {
+    fn file_suffix(self) -> &'static str {
+        match self {
+            Target::Keras => "keras.safetensors",
+            Target::Projected => "projected.safetensors",
+            Target::Torch => "torch.safetensors",
+            Target::Burn => "bpk",
+        }
+    }
+}
+
+/// What a conversion did, for the user.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub source: PathBuf,
+    pub layer: String,
+    pub path: String,
+    pub config: String,
+    pub target: Target,
+    pub source_parameters: usize,
+    pub target_parameters: usize,
+    pub max_abs_difference: f32,
+    pub written: Vec<PathBuf>,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "layer {} ({}) of {}", self.layer, self.path, self.source.display())?;
+        writeln!(f, "  keras.layers.MultiHeadAttention({})", self.config)?;
+        writeln!(f, "  to {:?}: {} parameters -> {} parameters", self.target, self.source_parameters, self.target_parameters)?;
+        writeln!(f, "  probe: {PROBE_BATCH} sequences, {PROBE_QUERY_LEN} queries, {PROBE_SOURCE_LEN} keys (self-attention for projected)")?;
+        writeln!(f, "  largest |source - converted| on the probe: {:.3e}", self.max_abs_difference)?;
+        for path in &self.written {
+            writeln!(f, "  wrote {}", path.display())?;
+        }
+        Ok(())
+    }
+}
+
+/// The attention layers of a model file, one line each, for `--layer`.
+pub fn list_layers(input: &Path) -> Result<String> {
+    let layers = read_layers(input)?;
+    Ok(layers.iter().map(|l| format!("  {} ({}): {}\n", l.name, l.path, arguments(l))).collect())
+}
+
+/// Converts the chosen attention layer of `input` to `target`, writes it (default: beside the
+/// input, `<stem>.<layer>.<target suffix>`) and checks what was written against the source.
+pub fn convert(input: &Path, target: Target, layer: Option<&str>, out: Option<PathBuf>) -> Result<Report> {
+    let layers = read_layers(input)?;
+    let chosen = choose(input, &layers, layer)?;
+    let device = Device::flex();
+    let source = chosen.config.init_with_weights(&chosen.weights, &device).with_context(|| format!("layer {} of {}", chosen.name, input.display()))?;
+    let dims = chosen.config.dims()?;
+    // Refuse an inexact conversion before anything runs or is written.
+    let projected = (target == Target::Projected).then(|| keras_to_projected(&chosen.config, &chosen.weights)).transpose()?;
+    let torch = (target == Target::Torch).then(|| keras_to_torch(&chosen.config, &chosen.weights)).transpose()?;
+    let out = out.unwrap_or_else(|| default_output(input, &chosen.name, target));
+
+    let probe = |len: usize, width: usize| -> HostTensor {
+        HostTensor::from_tensor(Tensor::<3>::random([PROBE_BATCH, len, width], Distribution::Normal(0.0, 1.0), &device))
+    };
+    let query = probe(PROBE_QUERY_LEN, dims.query_dim);
+    let (value, key) = match target {
+        // The projected model is self-attention on one input.
+        Target::Projected => (query.clone(), query.clone()),
+        _ => (probe(PROBE_SOURCE_LEN, dims.value_input_dim), probe(PROBE_SOURCE_LEN, dims.key_input_dim)),
+    };
+    let run_source = |scores: bool| -> Result<(HostTensor, Option<HostTensor>)> {
+        let input = KerasMhaInput::new(query.to_tensor("query", &device)?, value.to_tensor("value", &device)?)
+            .key(key.to_tensor("key", &device)?)
+            .return_attention_scores(scores);
+        let output = source.forward(input)?;
+        Ok((HostTensor::from_tensor(output.output), output.attention_scores.map(|s| HostTensor::from_tensor(s.mean_dim(1).squeeze_dim::<3>(1)))))
+    };
+    let (expected, _) = run_source(false)?;
+    let case = format!("convert_{}", chosen.name);
+    let description = format!("layer {} of {}, converted to {target:?}", chosen.name, input.display());
+
+    let (target_parameters, converted_output, written) = match target {
+        Target::Keras => {
+            let probe = [("inputs.query", &query), ("inputs.value", &value), ("inputs.key", &key), ("outputs.output", &expected)];
+            keras_fixture(&case, &description, &chosen.config, false, chosen.weights.clone(), &probe)?.write(&out)?;
+            let back = TensorFile::read(&out)?;
+            let config = model::KerasMhaConfig::from_weights(&weights_of(&back))?.with_dropout(chosen.config.dropout);
+            let layer = config.init_with_weights(&weights_of(&back), &device)?;
+            let input = KerasMhaInput::new(query.to_tensor("query", &device)?, value.to_tensor("value", &device)?).key(key.to_tensor("key", &device)?);
+            (layer.num_params(), HostTensor::from_tensor(layer.forward(input)?.output), vec![out])
+        }
+        Target::Projected => {
+            let converted = projected.expect("converted above");
+            projected_fixture(&case, &description, &converted.config, converted.weights, &query, &expected)?.write(&out)?;
+            let back = TensorFile::read(&out)?;
+            let model = converted.config.init_with_state_dict(&weights_of(&back), &device)?;
+            let output = model.forward(ProjectedInput::new(query.to_tensor("x", &device)?).need_weights(false))?.output;
+            (Module::num_params(&model), HostTensor::from_tensor(output), vec![out])
+        }
+        Target::Torch => {
+            let converted = torch.expect("converted above");
+            let (_, weights) = run_source(true)?;
+            let weights = weights.expect("scores were asked for");
+            let config = &converted.config;
+            let metadata = json!({
+                "framework": "torch",
+                "case": case,
+                "description": description,
+                "embed_dim": config.embed_dim,
+                "num_heads": config.num_heads,
+                "kdim": config.kdim,
+                "vdim": config.vdim,
+                "bias": config.bias,
+                "batch_first": true,
+                "tolerance": 1e-5,
+            });
+            let mut tensors = converted.weights.clone();
+            for (name, tensor) in [("inputs.query", &query), ("inputs.key", &key), ("inputs.value", &value), ("outputs.output", &expected), ("outputs.attention_weights", &weights)] {
+                tensors.insert(name, tensor.clone());
+            }
+            TensorFile { tensors, metadata: [("config".to_string(), metadata.to_string())].into() }.write(&out)?;
+            let back = TensorFile::read(&out)?;
+            let layer = config.init_with_state_dict(&weights_of(&back), &device)?;
+            let call = TorchMhaInput::new(query.to_tensor("query", &device)?, key.to_tensor("key", &device)?, value.to_tensor("value", &device)?);
+            let result = layer.forward(call)?;
+            debug_assert!(matches!(result.attn_weights, Some(AttnWeights::Averaged(_))));
+            (Module::num_params(&layer), HostTensor::from_tensor(result.output), vec![out])
+        }
+        Target::Burn => {
+            save_burnpack(source.clone(), &out)?;
+            let probe_path = PathBuf::from(format!("{}.probe.safetensors", out.display()));
+            let probe = [("inputs.query", &query), ("inputs.value", &value), ("inputs.key", &key), ("outputs.output", &expected)];
+            keras_fixture(&case, &description, &chosen.config, false, Default::default(), &probe)?.write(&probe_path)?;
+            let layer: KerasMha = chosen.config.init(&device)?.try_load_file(&out).map_err(|e| anyhow::anyhow!("cannot read back {}: {e:?}", out.display()))?;
+            let input = KerasMhaInput::new(query.to_tensor("query", &device)?, value.to_tensor("value", &device)?).key(key.to_tensor("key", &device)?);
+            (layer.num_params(), HostTensor::from_tensor(layer.forward(input)?.output), vec![out, probe_path])
+        }
+    };
+    let max_abs_difference = expected.data.iter().zip(&converted_output.data).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+    Ok(Report {
+        source: input.to_path_buf(),
+        layer: chosen.name.clone(),
+        path: chosen.path.clone(),
+        config: arguments(chosen),
+        target,
+        source_parameters: source.num_params(),
+        target_parameters,
+        max_abs_difference,
+        written,
+    })
+}
+
+fn read_layers(input: &Path) -> Result<Vec<KerasFileLayer>> {
+    let layers = read_keras_file(input)?;
+    if layers.is_empty() {
+        bail!("{}: no MultiHeadAttention layer in this model", input.display());
+    }
+    Ok(layers)
+}
+
+/// The layer `--layer` names (by name or HDF5 path), or the only one.
+fn choose<'a>(input: &Path, layers: &'a [KerasFileLayer], wanted: Option<&str>) -> Result<&'a KerasFileLayer> {
+    let listing = || layers.iter().map(|l| format!("\n  {} ({}): {}", l.name, l.path, arguments(l))).collect::<String>();
+    match wanted {
+        Some(wanted) => layers
+            .iter()
+            .find(|l| l.name == wanted || l.path == wanted)
+            .with_context(|| format!("{}: no attention layer named {wanted:?}; it holds:{}", input.display(), listing())),
+        None if layers.len() == 1 => Ok(&layers[0]),
+        None => bail!("{}: {} attention layers; choose one with --layer:{}", input.display(), layers.len(), listing()),
+    }
+}
+
+/// The layer's constructor arguments as Keras would print them.
+fn arguments(layer: &KerasFileLayer) -> String {
+    let c = &layer.config;
+    match c.dims() {
+        Ok(d) => format!(
+            "num_heads={}, key_dim={}, value_dim={}, output_shape={}, use_bias={}, dropout={}; query/key/value widths {}/{}/{}",
+            d.num_heads,
+            d.key_dim,
+            d.value_dim,
+            d.output_dim,
+            if c.use_bias { "True" } else { "False" },
+            c.dropout,
+            d.query_dim,
+            d.key_input_dim,
+            d.value_input_dim
+        ),
+        Err(e) => format!("invalid: {e}"),
+    }
+}
+
+/// `<dir>/<stem>.<layer>.<suffix>` beside the input.
+fn default_output(input: &Path, layer: &str, target: Target) -> PathBuf {
+    let name = input.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = name.trim_end_matches(".keras").trim_end_matches(".weights.h5").trim_end_matches(".h5");
+    input.with_file_name(format!("{stem}.{layer}.{}", target.file_suffix()))
+}
+
+/// The model weights of a fixture-format file (everything but the probe).
+fn weights_of(file: &TensorFile) -> model::WeightMap {
+    let mut weights = model::WeightMap::new();
+    for (name, tensor) in file.tensors.iter().filter(|(n, _)| !n.starts_with("inputs.") && !n.starts_with("outputs.")) {
+        weights.insert(name, tensor.clone());
+    }
+    weights
+}

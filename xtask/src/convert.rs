@@ -1,0 +1,44 @@
+//! `cargo xtask convert`: one attention layer of a Keras model file, converted exactly.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use train::convert::{Target, convert, list_layers};
+
+/// The long help of `cargo xtask convert --help`.
+pub const LONG_ABOUT: &str = "\
+Convert one MultiHeadAttention layer of a Keras 3 model file (.keras archive or .weights.h5),
+read in pure Rust, to: keras (safetensors in Keras' names), projected (torch state dict of
+Linear + nn.MultiheadAttention + Linear, always exact), torch (a bare nn.MultiheadAttention, where
+Keras' sizes allow one) or burn (burnpack). A conversion that cannot be exact is refused with the
+reason. Each written file holds a probe batch and the source layer's output on it: check it with
+`cargo xtask verify FILE` and `python3 xtask/python/check_export.py FILE`. Prints the layer, its
+arguments, the parameter counts before and after and the largest difference between the source
+and the converted layer on the probe (the written file read back and run in Burn). Without
+--to, lists the file's attention layers.";
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A .keras archive or a .weights.h5 file (relative to the working directory).
+    input: PathBuf,
+    /// keras | projected | torch | burn (omit to list the layers).
+    #[arg(long)]
+    to: Option<Target>,
+    /// The layer's name or HDF5 path, when the file holds several.
+    #[arg(long)]
+    layer: Option<String>,
+    /// Output file (default: beside the input, <stem>.<layer>.<target>.safetensors or .bpk).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    let Some(target) = args.to else {
+        print!("attention layers of {}:\n{}", args.input.display(), list_layers(&args.input)?);
+        return Ok(ExitCode::SUCCESS);
+    };
+    let report = convert(&args.input, target, args.layer.as_deref(), args.out)?;
+    print!("{report}");
+    Ok(ExitCode::SUCCESS)
+}
