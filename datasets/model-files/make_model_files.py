@@ -1,4 +1,4 @@
-"""Model files written by the real Keras 3 (and, later, torch), for `cargo xtask convert`'s tests.
+"""Model files written by the real Keras 3 and torch, for `cargo xtask convert`'s tests.
 
 Run from the repository root (import torch before tensorflow if both are used):
 
@@ -10,6 +10,11 @@ Writes, next to this script:
   `MultiHeadAttention` layers among other layers: `attn_values` (value_dim != key_dim,
   output_shape set) and `attn_nobias` (use_bias=False, distinct key input);
 * `nested.keras`: a model holding a sub-model that holds an attention layer;
+* `torch_packed.pt`: the state dict of a module holding `nn.MultiheadAttention(8, 2)` (packed
+  `in_proj_weight`) under `attn.`, among a LayerNorm and a Linear;
+* `torch_kdim.pt`: a bare `nn.MultiheadAttention(8, 2, kdim=5, vdim=6, bias=False)` state dict
+  (separate `q/k/v_proj_weight`);
+* `torch_checkpoint.pt`: a checkpoint dict `{"epoch", "model_state_dict": <torch_packed's>}`;
 * `dense_only.keras`: a model without attention layers (a bad input for `convert`);
 * `<file stem>.probe.safetensors`: for each attention layer, a probe `query`, `value` and `key`
   and the real layer's output on them (`<layer>.query`, `<layer>.value`, `<layer>.key`,
@@ -20,6 +25,7 @@ import json
 import os
 
 import numpy as np
+import torch  # before tensorflow: the other order aborts here
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import keras  # noqa: E402
@@ -93,6 +99,42 @@ def randomise(model, rng):
         weight.assign(rng.normal(scale=0.5, size=weight.shape).astype(np.float32))
 
 
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(FEATURES)
+        self.attn = torch.nn.MultiheadAttention(FEATURES, 2, batch_first=True)
+        self.head = torch.nn.Linear(FEATURES, 3)
+
+
+def torch_probe(mha, name, rng):
+    """The probe `<name>.query/key/value` and torch's output on it (`need_weights=False`)."""
+    kdim, vdim = mha.kdim, mha.vdim
+    query = rng.normal(size=(PROBE_BATCH, SEQ, mha.embed_dim)).astype(np.float32)
+    key = rng.normal(size=(PROBE_BATCH, SEQ + 3, kdim)).astype(np.float32)
+    value = rng.normal(size=(PROBE_BATCH, SEQ + 3, vdim)).astype(np.float32)
+    mha.eval()
+    with torch.no_grad():
+        output, _ = mha(*(torch.from_numpy(t) for t in (query, key, value)), need_weights=False)
+    return {f"{name}.query": query, f"{name}.key": key, f"{name}.value": value, f"{name}.output": np.ascontiguousarray(output.numpy())}  # the output can be a strided view
+
+
+def torch_files(rng):
+    torch.manual_seed(7)
+    block = Block()
+    bare = torch.nn.MultiheadAttention(FEATURES, 2, kdim=5, vdim=6, bias=False, batch_first=True)
+    for module in (block, bare):
+        with torch.no_grad():
+            for p in module.parameters():
+                p.copy_(torch.from_numpy(rng.normal(scale=0.5, size=tuple(p.shape)).astype(np.float32)))
+    torch.save(block.state_dict(), os.path.join(HERE, "torch_packed.pt"))
+    torch.save(bare.state_dict(), os.path.join(HERE, "torch_kdim.pt"))
+    torch.save({"epoch": 3, "model_state_dict": block.state_dict()}, os.path.join(HERE, "torch_checkpoint.pt"))
+    probe = {**torch_probe(block.attn, "attn", rng), **torch_probe(bare, "bare", rng)}
+    save_file(probe, os.path.join(HERE, "torch.probe.safetensors"), metadata={"torch": torch.__version__})
+    print("wrote torch_packed.pt, torch_kdim.pt, torch_checkpoint.pt")
+
+
 def main():
     keras.utils.set_random_seed(7)
     rng = np.random.default_rng(7)
@@ -105,6 +147,7 @@ def main():
         save_file(probes(model, rng), os.path.join(HERE, f"{stem}.probe.safetensors"),
                   metadata={"keras": keras.__version__, "layers": json.dumps([l.name for l in attention_layers(model)])})
         print(f"wrote {stem}.keras ({', '.join(l.name for l in attention_layers(model))})")
+    torch_files(rng)
     dense_only().save(os.path.join(HERE, "dense_only.keras"))
     print("wrote dense_only.keras (no attention layer)")
 

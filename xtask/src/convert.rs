@@ -8,8 +8,10 @@ use train::convert::{Target, convert, list_layers};
 
 /// The long help of `cargo xtask convert --help`.
 pub const LONG_ABOUT: &str = "\
-Convert one MultiHeadAttention layer of a Keras 3 model file (.keras archive or .weights.h5),
-read in pure Rust, to: keras (safetensors in Keras' names), projected (torch state dict of
+Convert one attention layer of a model file, read in pure Rust: a Keras 3 MultiHeadAttention
+(.keras archive or .weights.h5) or a PyTorch nn.MultiheadAttention (.pt / .pth state dict or
+checkpoint, read without executing pickled code; --num-heads is required, a state dict does not
+store it), to: keras (safetensors in Keras' names), projected (torch state dict of
 Linear + nn.MultiheadAttention + Linear, always exact), torch (a bare nn.MultiheadAttention, where
 Keras' sizes allow one) or burn (burnpack). A conversion that cannot be exact is refused with the
 reason. Each written file holds a probe batch and the source layer's output on it: check it with
@@ -20,14 +22,17 @@ and the converted layer on the probe (the written file read back and run in Burn
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A .keras archive or a .weights.h5 file (relative to the working directory).
+    /// A .keras archive, a .weights.h5 file or a .pt / .pth checkpoint (relative to the working directory).
     input: PathBuf,
     /// keras | projected | torch | burn (omit to list the layers).
     #[arg(long)]
     to: Option<Target>,
-    /// The layer's name or HDF5 path, when the file holds several.
+    /// The layer's name, HDF5 path or state-dict prefix (e.g. `attn.`), when the file holds several.
     #[arg(long)]
     layer: Option<String>,
+    /// Heads of a PyTorch nn.MultiheadAttention (not stored in its state dict).
+    #[arg(long)]
+    num_heads: Option<usize>,
     /// Output file (default: beside the input, <stem>.<layer>.<target>.safetensors or .bpk).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -35,10 +40,10 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     let Some(target) = args.to else {
-        print!("attention layers of {}:\n{}", args.input.display(), list_layers(&args.input)?);
+        print!("attention layers of {}:\n{}", args.input.display(), list_layers(&args.input, args.num_heads)?);
         return Ok(ExitCode::SUCCESS);
     };
-    let report = convert(&args.input, target, args.layer.as_deref(), args.out)?;
+    let report = convert(&args.input, target, args.layer.as_deref(), args.num_heads, args.out)?;
     print!("{report}");
     Ok(ExitCode::SUCCESS)
 }

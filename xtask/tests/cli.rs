@@ -104,11 +104,16 @@ fn convert_writes_every_exact_target_and_refuses_the_rest() {
         ("nested.keras", "multi_head_attention", "keras", true),
         ("nested.keras", "multi_head_attention", "projected", true),
         ("nested.keras", "multi_head_attention", "torch", true),
+        ("torch_packed.pt", "attn.", "keras", true),
+        ("torch_packed.pt", "attn.", "projected", true),
+        ("torch_checkpoint.pt", "model_state_dict.attn", "torch", true),
+        ("torch_kdim.pt", "mha", "keras", true),
+        ("torch_kdim.pt", "mha", "projected", false),
     ];
     for (file, layer, target, exact) in cases {
         let out = dir.join(format!("{file}.{layer}.{target}"));
         let input = format!("{files}/{file}");
-        let run = xtask(&["convert", &input, "--to", target, "--layer", layer, "--out", out.to_str().unwrap()]);
+        let run = xtask(&["convert", &input, "--to", target, "--layer", layer, "--num-heads", "2", "--out", out.to_str().unwrap()]);
         let (text, errors) = (stdout(&run), String::from_utf8_lossy(&run.stderr).into_owned());
         if !exact {
             assert!(!run.status.success() && errors.contains("cannot be exact"), "{file} {layer} -> {target}: {text}{errors}");

@@ -18,6 +18,7 @@ pub mod fused;
 pub mod keras_file;
 pub mod keras_mha;
 pub mod projected;
+pub mod torch_file;
 pub mod torch_mha;
 pub mod weights;
 

@@ -69,7 +69,7 @@ fn constructor_arguments_come_from_the_archive() {
 /// `KERAS_FILE_MUTATIONS` for a longer fuzzing run).
 #[test]
 fn damaged_files_are_errors_not_panics() {
-    for name in ["functional.keras", "functional.weights.h5", "nested.keras"] {
+    for name in ["functional.keras", "functional.weights.h5", "nested.keras", "torch_packed.pt", "torch_kdim.pt"] {
         let bytes = std::fs::read(model_files().join(name)).unwrap();
         let dir = std::env::temp_dir().join(format!("keras-file-damage-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -78,7 +78,11 @@ fn damaged_files_are_errors_not_panics() {
         let mut check = |damaged: &[u8]| {
             std::fs::write(&path, damaged).unwrap();
             tried += 1;
-            if let Err(error) = read_keras_file(&path) {
+            let read = match name.ends_with(".pt") {
+                true => model::torch_file::read_torch_file(&path, 2).map(|_| ()),
+                false => read_keras_file(&path).map(|_| ()),
+            };
+            if let Err(error) = read {
                 assert!(error.to_string().contains(&path.display().to_string()), "{name}: error without the file: {error}");
             }
         };
@@ -150,4 +154,33 @@ fn configs_that_cannot_be_honoured_are_errors_naming_the_layer_and_argument() {
         std::fs::remove_file(&path).ok();
         assert!(error.contains(expected) && error.contains(&path.display().to_string()), "{tag}: {error}");
     }
+}
+
+/// PyTorch checkpoints written by torch 2.15: every `nn.MultiheadAttention` found by prefix,
+/// packed and separate projections, a checkpoint dict; our layer on the read weights
+/// reproduces torch's output on the saved probe.
+#[test]
+fn torch_checkpoints_reproduce_the_real_layers() {
+    use model::torch_file::read_torch_file;
+    use model::torch_mha::TorchMhaInput;
+    let device = Device::flex();
+    let probe = TensorFile::read(&model_files().join("torch.probe.safetensors")).unwrap();
+    for (file, prefix, probe_name, kdim, bias) in [
+        ("torch_packed.pt", "attn.", "attn", None, true),
+        ("torch_checkpoint.pt", "model_state_dict.attn.", "attn", None, true),
+        ("torch_kdim.pt", "", "bare", Some(5), false),
+    ] {
+        let layers = read_torch_file(&model_files().join(file), 2).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let [layer] = layers.as_slice() else { panic!("{file}: {} layers", layers.len()) };
+        assert_eq!((layer.prefix.as_str(), layer.config.kdim, layer.config.bias), (prefix, kdim, bias), "{file}");
+        let tensor = |suffix: &str| probe.tensors.get(&format!("{probe_name}.{suffix}")).unwrap().to_tensor::<3>(suffix, &device).unwrap();
+        let mha = layer.config.init_with_state_dict(&layer.weights, &device).unwrap();
+        let output = mha.forward(TorchMhaInput::new(tensor("query"), tensor("key"), tensor("value")).need_weights(false)).unwrap().output;
+        let want = probe.tensors.get(&format!("{probe_name}.output")).unwrap();
+        let got = output.into_data().try_to_vec::<f32>().unwrap();
+        let error = got.iter().zip(&want.data).map(|(g, w)| (g - w).abs()).fold(0.0, f32::max);
+        assert!(error <= 1e-5, "{file}: max |ours - torch| = {error:e}");
+    }
+    let error = read_torch_file(&model_files().join("torch_packed.pt"), 3).unwrap_err().to_string();
+    assert!(error.contains("torch_packed.pt") && error.contains("num_heads = 3"), "{error}");
 }

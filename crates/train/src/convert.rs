@@ -1,7 +1,9 @@
 //! `cargo xtask convert`: one attention layer of a user's model file, converted exactly.
 //!
-//! The source is a Keras 3 `.keras` archive or `.weights.h5` file ([`model::keras_file`]). The
-//! layer is converted to
+//! The source is a Keras 3 `.keras` archive or `.weights.h5` file ([`model::keras_file`]), or a
+//! PyTorch `.pt` / `.pth` state dict or checkpoint ([`model::torch_file`]; an
+//! `nn.MultiheadAttention` goes through the exact torch -> Keras mapping first). The layer is
+//! converted to
 //!
 //! * `keras`: the same layer as safetensors in Keras' names (`keras_*` fixture format);
 //! * `projected`: torch's `Linear + nn.MultiheadAttention + Linear` state dict (`projected_*`
@@ -21,8 +23,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use burn::module::Module;
 use burn::tensor::{Device, Distribution, Tensor};
-use model::convert::{keras_to_projected, keras_to_torch};
+use model::convert::{keras_to_projected, keras_to_torch, torch_to_keras};
 use model::keras_file::{KerasFileLayer, read_keras_file};
+use model::torch_file::{TorchFileLayer, read_torch_file};
 use model::projected::ProjectedInput;
 use model::torch_mha::{AttnWeights, TorchMhaInput};
 use model::{HostTensor, KerasMha, KerasMhaInput, TensorFile};
@@ -97,17 +100,24 @@ impl fmt::Display for Report {
     }
 }
 
+/// An attention layer of the input file, in Keras' vocabulary, and the torch layer it came from.
+struct SourceLayer {
+    keras: KerasFileLayer,
+    torch: Option<TorchFileLayer>,
+}
+
 /// The attention layers of a model file, one line each, for `--layer`.
-pub fn list_layers(input: &Path) -> Result<String> {
-    let layers = read_layers(input)?;
-    Ok(layers.iter().map(|l| format!("  {} ({}): {}\n", l.name, l.path, arguments(l))).collect())
+pub fn list_layers(input: &Path, num_heads: Option<usize>) -> Result<String> {
+    let layers = read_layers(input, num_heads)?;
+    Ok(layers.iter().map(|l| format!("  {} ({}): {}\n", l.keras.name, l.keras.path, arguments(&l.keras))).collect())
 }
 
 /// Converts the chosen attention layer of `input` to `target`, writes it (default: beside the
 /// input, `<stem>.<layer>.<target suffix>`) and checks what was written against the source.
-pub fn convert(input: &Path, target: Target, layer: Option<&str>, out: Option<PathBuf>) -> Result<Report> {
-    let layers = read_layers(input)?;
-    let chosen = choose(input, &layers, layer)?;
+/// `num_heads` is needed for a PyTorch file (a state dict does not store it).
+pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Option<usize>, out: Option<PathBuf>) -> Result<Report> {
+    let layers = read_layers(input, num_heads)?;
+    let SourceLayer { keras: chosen, torch: torch_source } = choose(input, &layers, layer)?;
     let device = Device::flex();
     let source = chosen.config.init_with_weights(&chosen.weights, &device).with_context(|| format!("layer {} of {}", chosen.name, input.display()))?;
     let dims = chosen.config.dims()?;
@@ -132,7 +142,15 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, out: Option<Pa
         let output = source.forward(input)?;
         Ok((HostTensor::from_tensor(output.output), output.attention_scores.map(|s| HostTensor::from_tensor(s.mean_dim(1).squeeze_dim::<3>(1)))))
     };
-    let (expected, _) = run_source(false)?;
+    // The source's own output: the torch layer itself for a PyTorch file.
+    let expected = match torch_source {
+        Some(torch_layer) => {
+            let layer = torch_layer.config.init_with_state_dict(&torch_layer.weights, &device)?;
+            let call = TorchMhaInput::new(query.to_tensor("query", &device)?, key.to_tensor("key", &device)?, value.to_tensor("value", &device)?);
+            HostTensor::from_tensor(layer.forward(call.need_weights(false))?.output)
+        }
+        None => run_source(false)?.0,
+    };
     let case = format!("convert_{}", chosen.name);
     let description = format!("layer {} of {}, converted to {target:?}", chosen.name, input.display());
 
@@ -207,21 +225,34 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, out: Option<Pa
     })
 }
 
-fn read_layers(input: &Path) -> Result<Vec<KerasFileLayer>> {
-    let layers = read_keras_file(input)?;
+fn read_layers(input: &Path, num_heads: Option<usize>) -> Result<Vec<SourceLayer>> {
+    let is_torch = input.extension().is_some_and(|e| e == "pt" || e == "pth");
+    let layers: Vec<SourceLayer> = if is_torch {
+        let num_heads = num_heads.with_context(|| format!("{}: a PyTorch state dict does not store the head count; pass --num-heads", input.display()))?;
+        let mut layers = Vec::new();
+        for torch in read_torch_file(input, num_heads)? {
+            let keras = torch_to_keras(&torch.config, &torch.weights).with_context(|| format!("nn.MultiheadAttention {:?} of {}", torch.prefix, input.display()))?;
+            let name = torch.prefix.trim_end_matches('.').to_string();
+            let keras = KerasFileLayer { name: if name.is_empty() { "mha".into() } else { name }, path: torch.prefix.clone(), config: keras.config, weights: keras.weights };
+            layers.push(SourceLayer { keras, torch: Some(torch) });
+        }
+        layers
+    } else {
+        read_keras_file(input)?.into_iter().map(|keras| SourceLayer { keras, torch: None }).collect()
+    };
     if layers.is_empty() {
-        bail!("{}: no MultiHeadAttention layer in this model", input.display());
+        bail!("{}: no {} layer in this model", input.display(), if is_torch { "nn.MultiheadAttention" } else { "MultiHeadAttention" });
     }
     Ok(layers)
 }
 
-/// The layer `--layer` names (by name or HDF5 path), or the only one.
-fn choose<'a>(input: &Path, layers: &'a [KerasFileLayer], wanted: Option<&str>) -> Result<&'a KerasFileLayer> {
-    let listing = || layers.iter().map(|l| format!("\n  {} ({}): {}", l.name, l.path, arguments(l))).collect::<String>();
+/// The layer `--layer` names (by name, HDF5 path or state-dict prefix), or the only one.
+fn choose<'a>(input: &Path, layers: &'a [SourceLayer], wanted: Option<&str>) -> Result<&'a SourceLayer> {
+    let listing = || layers.iter().map(|l| format!("\n  {} ({}): {}", l.keras.name, l.keras.path, arguments(&l.keras))).collect::<String>();
     match wanted {
         Some(wanted) => layers
             .iter()
-            .find(|l| l.name == wanted || l.path == wanted)
+            .find(|l| l.keras.name == wanted || l.keras.path == wanted)
             .with_context(|| format!("{}: no attention layer named {wanted:?}; it holds:{}", input.display(), listing())),
         None if layers.len() == 1 => Ok(&layers[0]),
         None => bail!("{}: {} attention layers; choose one with --layer:{}", input.display(), layers.len(), listing()),
@@ -251,7 +282,7 @@ fn arguments(layer: &KerasFileLayer) -> String {
 /// `<dir>/<stem>.<layer>.<suffix>` beside the input.
 fn default_output(input: &Path, layer: &str, target: Target) -> PathBuf {
     let name = input.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let stem = name.trim_end_matches(".keras").trim_end_matches(".weights.h5").trim_end_matches(".h5");
+    let stem = [".keras", ".weights.h5", ".h5", ".pt", ".pth"].iter().fold(name.as_str(), |stem, suffix| stem.trim_end_matches(suffix));
     input.with_file_name(format!("{stem}.{layer}.{}", target.file_suffix()))
 }
 

@@ -1,0 +1,84 @@
+//! PyTorch checkpoints (`.pt`, `.pth`) read without Python and without executing pickled code,
+//! through burn's own `pytorch-reader`: the `nn.MultiheadAttention` layers of a state dict, or of
+//! a checkpoint dict that holds one under a key.
+//!
+//! A state dict names an attention layer's tensors `<prefix>in_proj_weight [3E, E]` (packed, when
+//! query, key and value have the embedding width) or `<prefix>{q,k,v}_proj_weight` (`kdim` /
+//! `vdim` set), `<prefix>in_proj_bias [3E]`, `<prefix>out_proj.{weight [E, E], bias [E]}`. The
+//! head count is not stored anywhere in the file: the caller gives it.
+
+use std::path::Path;
+
+use pytorch_reader::{DType, PytorchReader};
+
+use crate::error::{ModelError, Result};
+use crate::torch_mha::TorchMhaConfig;
+use crate::weights::{HostTensor, WeightMap};
+
+/// Names (after the prefix) of an `nn.MultiheadAttention`'s tensors.
+const TORCH_MHA_TENSORS: [&str; 8] =
+    ["in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias", "bias_k"];
+
+/// One `nn.MultiheadAttention` found in a checkpoint.
+#[derive(Debug, Clone)]
+pub struct TorchFileLayer {
+    /// The state-dict prefix of its tensors, e.g. `attn.` (empty for a bare layer).
+    pub prefix: String,
+    pub config: TorchMhaConfig,
+    /// Its tensors under torch's names, prefix removed.
+    pub weights: WeightMap,
+}
+
+/// Every `nn.MultiheadAttention` of a checkpoint, by prefix; a checkpoint dict whose state dict
+/// sits under a key (`model_state_dict`, `state_dict`, ...) has that key in the prefix
+/// (`model_state_dict.attn.`). `num_heads` is the layers' head count.
+pub fn read_torch_file(path: &Path, num_heads: usize) -> Result<Vec<TorchFileLayer>> {
+    let reader = PytorchReader::new(path).map_err(|e| ModelError::file(path, format!("not a readable PyTorch checkpoint: {e}")))?;
+    let mut names: Vec<String> = reader.keys();
+    names.sort();
+    let prefixes: Vec<String> = names
+        .iter()
+        .filter_map(|n| n.strip_suffix("in_proj_weight").or_else(|| n.strip_suffix("q_proj_weight")))
+        .map(str::to_string)
+        .collect();
+    let mut layers = Vec::new();
+    for prefix in prefixes {
+        let mut weights = WeightMap::new();
+        for name in names.iter().filter(|n| n.starts_with(&prefix)) {
+            let local = &name[prefix.len()..];
+            if !TORCH_MHA_TENSORS.contains(&local) && !local.starts_with("out_proj.") {
+                continue;
+            }
+            let tensor = reader.get(name).expect("a listed key");
+            let bytes = tensor.read().map_err(|e| ModelError::file(path, format!("tensor {name}: {e}")))?;
+            let data: Vec<f32> = match tensor.dtype() {
+                DType::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+                DType::F64 => bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32).collect(),
+                other => return Err(ModelError::file(path, format!("tensor {name} is {other:?}; float32 and float64 are supported"))),
+            };
+            let shape = tensor.shape().to_vec();
+            if data.len() != shape.iter().product::<usize>() {
+                return Err(ModelError::file(path, format!("tensor {name}: {} values for shape {shape:?}", data.len())));
+            }
+            weights.insert(local, HostTensor::new(shape, data));
+        }
+        let config = config_from_weights(&weights, num_heads).map_err(|e| ModelError::file(path, format!("nn.MultiheadAttention at {prefix:?}: {e}")))?;
+        layers.push(TorchFileLayer { prefix, config, weights });
+    }
+    Ok(layers)
+}
+
+/// The layer's config from its tensors' shapes and the given head count.
+fn config_from_weights(weights: &WeightMap, num_heads: usize) -> Result<TorchMhaConfig> {
+    if weights.contains("bias_k") {
+        return Err(ModelError::config("add_bias_kv", true, "has no Keras counterpart and is not supported yet"));
+    }
+    let out = weights.get("out_proj.weight")?;
+    let embed_dim = out.shape[0];
+    if num_heads == 0 || embed_dim % num_heads != 0 {
+        return Err(ModelError::config("num_heads", num_heads, format!("must divide the embedding width {embed_dim} (the head count is not stored in a state dict: pass it)")));
+    }
+    let input_width = |name: &str| -> Result<Option<usize>> { Ok(if weights.contains(name) { Some(weights.get(name)?.shape[1]) } else { None }) };
+    let (kdim, vdim) = (input_width("k_proj_weight")?, input_width("v_proj_weight")?);
+    Ok(TorchMhaConfig::new(embed_dim, num_heads).with_kdim(kdim).with_vdim(vdim).with_bias(weights.contains("in_proj_bias")))
+}
