@@ -8,7 +8,10 @@ Each FILE is a safetensors file in the fixture format of datasets/reference/FORM
 
 * `config.framework == "keras"`: the weights are loaded BY NAME into a real
   `keras.layers.MultiHeadAttention`, which is then called on the stored probe inputs (default call, with
-  `key`, `attention_mask` and `use_causal_mask` when present).
+  `key`, `attention_mask` and `use_causal_mask` when present). When the config names a
+  `weights_h5` beside the file (`cargo xtask convert --to keras`), that file is also loaded with
+  `keras.Model.load_weights` into a model holding the layer and checked the same way, and so is
+  the `keras_archive` it names, opened by `keras.saving.load_model`.
 * `config.framework == "torch"` and `config.kind == "projected"`: the weights are loaded with
   `load_state_dict(strict=True)` into `Linear(in,E) -> nn.MultiheadAttention(E,h,batch_first=True)
   -> optional Linear(E,out)`, run in eval mode with `need_weights=False`.
@@ -171,7 +174,55 @@ def check_keras(config, tensors):
         raise ExportError(f"file weights not used by the layer: {unused}")
 
     out = layer(q, v, **call)
-    return f"keras-{keras.__version__}/tf-{tf.__version__}", max_abs_err(np.asarray(out), expected)
+    err = max_abs_err(np.asarray(out), expected)
+    library = f"keras-{keras.__version__}/tf-{tf.__version__}"
+    if config.get("weights_h5"):
+        err = max(err, check_keras_weights_h5(config, tensors, call))
+        library += " (+ .weights.h5 by Model.load_weights)"
+    if config.get("keras_archive"):
+        err = max(err, check_keras_archive(config, tensors))
+        library += " (+ .keras by load_model)"
+    return library, err
+
+
+def check_keras_archive(config, tensors):
+    """The `.keras` archive named in the config, opened by `keras.saving.load_model` and called
+    on the probe as `model([query, value, key])`."""
+    tf, keras = keras_modules()
+    path = os.path.join(os.path.dirname(os.path.abspath(CURRENT_FILE)), config["keras_archive"])
+    try:
+        model = keras.saving.load_model(path)
+    except Exception as e:  # noqa: BLE001 - report which file Keras refused
+        raise ExportError(f"keras.saving.load_model({path}) failed: {e}") from e
+    query, value = tensors["inputs.query"], tensors["inputs.value"]
+    key = tensors.get("inputs.key", value)
+    out = model([query.astype(np.float32), value.astype(np.float32), key.astype(np.float32)])
+    return max_abs_err(np.asarray(out), tensors["outputs.output"])
+
+
+def check_keras_weights_h5(config, tensors, call):
+    """The `.weights.h5` named in the config, loaded by `keras.Model.load_weights` into a model
+    that holds the layer, `keras.Model([query, value, key], MultiHeadAttention(...)(...))`."""
+    tf, keras = keras_modules()
+    path = os.path.join(os.path.dirname(os.path.abspath(CURRENT_FILE)), config["weights_h5"])
+    query, value = tensors["inputs.query"], tensors["inputs.value"]
+    key = tensors.get("inputs.key", value)
+    output_shape = config.get("output_shape")
+    inputs = [keras.Input(shape=(None, x.shape[-1])) for x in (query, value, key)]
+    layer = keras.layers.MultiHeadAttention(
+        num_heads=int(config["num_heads"]),
+        key_dim=int(config["key_dim"]),
+        value_dim=None if config.get("value_dim") is None else int(config["value_dim"]),
+        use_bias=bool(config["use_bias"]),
+        output_shape=None if output_shape is None else int(output_shape),
+    )
+    model = keras.Model(inputs, layer(inputs[0], inputs[1], key=inputs[2]))
+    try:
+        model.load_weights(path)
+    except Exception as e:  # noqa: BLE001 - report which file Keras refused
+        raise ExportError(f"keras.Model.load_weights({path}) failed: {e}") from e
+    out = model([query.astype(np.float32), value.astype(np.float32), key.astype(np.float32)])
+    return max_abs_err(np.asarray(out), tensors["outputs.output"])
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -257,7 +308,12 @@ def check_torch(config, tensors):
 # ----------------------------------------------------------------------------------------------------
 
 
+CURRENT_FILE = ""
+
+
 def check_file(path):
+    global CURRENT_FILE
+    CURRENT_FILE = path
     config, tensors = read_export(path)
     tol = float(need(config, "tolerance"))
     framework = need(config, "framework")

@@ -11,7 +11,8 @@ pub const LONG_ABOUT: &str = "\
 Convert one attention layer of a model file, read in pure Rust: a Keras 3 MultiHeadAttention
 (.keras archive or .weights.h5) or a PyTorch nn.MultiheadAttention (.pt / .pth state dict or
 checkpoint, read without executing pickled code; --num-heads is required, a state dict does not
-store it), to: keras (safetensors in Keras' names), projected (torch state dict of
+store it), to: keras (a .keras archive that keras.saving.load_model opens, its .weights.h5 for
+Model.load_weights, and safetensors in Keras' names), projected (torch state dict of
 Linear + nn.MultiheadAttention + Linear, always exact), torch (a bare nn.MultiheadAttention, where
 Keras' sizes allow one) or burn (burnpack). A conversion that cannot be exact is refused with the
 reason. Each written file holds a probe batch and the source layer's output on it: check it with
@@ -33,7 +34,8 @@ pub struct Args {
     /// Heads of a PyTorch nn.MultiheadAttention (not stored in its state dict).
     #[arg(long)]
     num_heads: Option<usize>,
-    /// Output file (default: beside the input, <stem>.<layer>.<target>.safetensors or .bpk).
+    /// Output file (default: beside the input, <stem>.<layer>.<target>.safetensors or .bpk); for
+    /// keras, the stem of its three files.
     #[arg(long)]
     out: Option<PathBuf>,
 }

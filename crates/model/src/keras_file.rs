@@ -1,4 +1,5 @@
-//! Keras 3 model files, read without Python: `.keras` archives and `.weights.h5` files.
+//! Keras 3 model files without Python: `.keras` archives and `.weights.h5` files read, and
+//! written so that `keras.Model.load_weights` and `keras.saving.load_model` open them.
 //!
 //! A `.keras` file is a zip archive of `config.json` (the model's architecture), `metadata.json`
 //! and `model.weights.h5`. Keras 3 stores a layer's variables in HDF5 at a path built from the
@@ -27,6 +28,7 @@ use hdf5_pure::AttrValue;
 use serde_json::Value;
 
 use crate::error::{ModelError, Result};
+use crate::weights::write_atomic;
 use crate::keras_mha::KerasMhaConfig;
 use crate::weights::{HostTensor, WeightMap};
 
@@ -231,6 +233,102 @@ fn config_from_arguments(file: &Path, name: &str, arguments: &Value, weights: &W
         ));
     }
     Ok(config)
+}
+
+/// Writes `weights` (Keras' names) as the `.weights.h5` of the model that holds the layer (see
+/// [`write_keras_archive`]), which `model.load_weights(path)` loads. Atomic.
+pub fn write_weights_h5(path: &Path, config: &KerasMhaConfig, weights: &WeightMap) -> Result<()> {
+    write_atomic(path, &weights_h5_bytes(config, weights).map_err(|e| ModelError::file(path, e))?)
+}
+
+/// Writes a `.keras` archive that `keras.saving.load_model(path)` opens: the functional model
+/// `keras.Model([query, value, key], MultiHeadAttention(...)(query, value, key=key))` named
+/// `name`, its config and its weights. Atomic.
+pub fn write_keras_archive(path: &Path, name: &str, config: &KerasMhaConfig, weights: &WeightMap) -> Result<()> {
+    use std::io::Write;
+    let h5 = weights_h5_bytes(config, weights).map_err(|e| ModelError::file(path, e))?;
+    let model_config = serde_json::to_vec(&functional_config(name, config)?).map_err(|e| ModelError::file(path, e))?;
+    let metadata = serde_json::to_vec(&serde_json::json!({ "keras_version": "3.15.1", "date_saved": "written by keras-mha-burn" })).map_err(|e| ModelError::file(path, e))?;
+    let mut archive = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    // Keras writes its archives uncompressed.
+    let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    for (member, bytes) in [("metadata.json", &metadata), ("config.json", &model_config), ("model.weights.h5", &h5)] {
+        archive.start_file(member, options).map_err(|e| ModelError::file(path, e))?;
+        archive.write_all(bytes).map_err(|e| ModelError::file(path, e))?;
+    }
+    let bytes = archive.finish().map_err(|e| ModelError::file(path, e))?.into_inner();
+    write_atomic(path, &bytes)
+}
+
+/// The HDF5 image: the model's only layer with variables, an attention layer, sits at
+/// `layers/multi_head_attention` (its three inputs, `layers/input_layer[_N]`, have none).
+fn weights_h5_bytes(config: &KerasMhaConfig, weights: &WeightMap) -> std::result::Result<Vec<u8>, String> {
+    let dims = config.dims().map_err(|e| e.to_string())?;
+    let mut builder = hdf5_pure::FileBuilder::new();
+    let mut layers = builder.create_group("layers");
+    let mut layer = layers.create_group("multi_head_attention");
+    for ((sublayer, ours), kernel_shape) in SUBLAYERS.into_iter().zip(dims.kernel_shapes()) {
+        let mut dense = layer.create_group(sublayer);
+        let mut vars = dense.create_group("vars");
+        let mut variables = vec![weights.expect(&format!("{ours}.kernel"), &kernel_shape).map_err(|e| e.to_string())?];
+        if config.use_bias {
+            variables.push(weights.get(&format!("{ours}.bias")).map_err(|e| e.to_string())?);
+        }
+        for (index, tensor) in variables.into_iter().enumerate() {
+            let shape: Vec<u64> = tensor.shape.iter().map(|&d| d as u64).collect();
+            vars.create_dataset(&index.to_string()).with_f32_data(&tensor.data).with_shape(&shape);
+        }
+        dense.add_group(vars.finish());
+        layer.add_group(dense.finish());
+    }
+    layers.add_group(layer.finish());
+    builder.add_group(layers.finish());
+    builder.finish().map_err(|e| format!("cannot encode HDF5: {e}"))
+}
+
+/// `config.json` of the one-layer functional model, in the form Keras 3.15 writes it.
+fn functional_config(name: &str, config: &KerasMhaConfig) -> Result<Value> {
+    use serde_json::json;
+    let d = config.dims()?;
+    let input = |input_name: &str, width: usize| {
+        json!({
+            "module": "keras.layers", "class_name": "InputLayer", "registered_name": null, "name": input_name, "inbound_nodes": [],
+            "config": { "batch_shape": [null, null, width], "dtype": "float32", "sparse": false, "ragged": false, "name": input_name, "optional": false },
+        })
+    };
+    let tensor = |input_name: &str, width: usize| {
+        json!({ "class_name": "__keras_tensor__", "config": { "shape": [null, null, width], "dtype": "float32", "keras_history": [input_name, 0, 0] } })
+    };
+    let output_shape = if d.output_dim == d.query_dim { Value::Null } else { json!([d.output_dim]) };
+    let attention = json!({
+        "module": "keras.layers", "class_name": "MultiHeadAttention", "registered_name": null, "name": "attention",
+        "config": {
+            "name": "attention", "trainable": true,
+            "dtype": { "module": "keras", "class_name": "DTypePolicy", "config": { "name": "float32" }, "registered_name": null },
+            "num_heads": d.num_heads, "key_dim": d.key_dim, "value_dim": d.value_dim, "dropout": config.dropout,
+            "use_bias": config.use_bias, "use_gate": false, "output_shape": output_shape, "attention_axes": [1], "sliding_window": null,
+            "kernel_initializer": { "module": "keras.initializers", "class_name": "GlorotUniform", "config": { "seed": null, "input_axes": null, "output_axes": null }, "registered_name": null },
+            "bias_initializer": { "module": "keras.initializers", "class_name": "Zeros", "config": {}, "registered_name": null },
+            "kernel_regularizer": null, "bias_regularizer": null, "activity_regularizer": null, "kernel_constraint": null, "bias_constraint": null, "seed": null,
+        },
+        "build_config": { "shapes_dict": {
+            "query_shape": [null, null, d.query_dim], "value_shape": [null, null, d.value_input_dim], "key_shape": [null, null, d.key_input_dim],
+        } },
+        "inbound_nodes": [{
+            "args": [tensor("query", d.query_dim), tensor("value", d.value_input_dim)],
+            "kwargs": { "key": tensor("key", d.key_input_dim) },
+        }],
+    });
+    Ok(json!({
+        "module": "keras.src.models.functional", "class_name": "Functional", "registered_name": "Functional",
+        "config": {
+            "name": name, "trainable": true,
+            "layers": [input("query", d.query_dim), input("value", d.value_input_dim), input("key", d.key_input_dim), attention],
+            "input_layers": [["query", 0, 0], ["value", 0, 0], ["key", 0, 0]],
+            "output_layers": ["attention", 0, 0],
+        },
+        "build_config": { "input_shape": null }, "compile_config": {},
+    }))
 }
 
 /// Keras' `output_shape`: `None`, an integer or a one-element list; a multi-axis output is not

@@ -5,7 +5,9 @@
 //! `nn.MultiheadAttention` goes through the exact torch -> Keras mapping first). The layer is
 //! converted to
 //!
-//! * `keras`: the same layer as safetensors in Keras' names (`keras_*` fixture format);
+//! * `keras`: a `.keras` archive that `keras.saving.load_model` opens, the `.weights.h5` that
+//!   `keras.Model.load_weights` loads into that model, and the weights as safetensors in Keras'
+//!   names (`keras_*` fixture format);
 //! * `projected`: torch's `Linear + nn.MultiheadAttention + Linear` state dict (`projected_*`
 //!   fixture format), through the exact Keras -> projected mapping;
 //! * `torch`: a bare `nn.MultiheadAttention` state dict, where Keras' sizes allow one (`torch_*`
@@ -24,7 +26,7 @@ use anyhow::{Context, Result, bail};
 use burn::module::Module;
 use burn::tensor::{Device, Distribution, Tensor};
 use model::convert::{keras_to_projected, keras_to_torch, torch_to_keras};
-use model::keras_file::{KerasFileLayer, read_keras_file};
+use model::keras_file::{KerasFileLayer, read_keras_file, write_keras_archive, write_weights_h5};
 use model::torch_file::{TorchFileLayer, read_torch_file};
 use model::projected::ProjectedInput;
 use model::torch_mha::{AttnWeights, TorchMhaInput};
@@ -156,13 +158,38 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
 
     let (target_parameters, converted_output, written) = match target {
         Target::Keras => {
+            // The Keras-named safetensors (with the probe) and a .weights.h5 beside it that
+            // `keras.Model.load_weights` loads; check_export.py finds it through the metadata.
+            let (out, h5, archive) = keras_files(&out);
+            write_weights_h5(&h5, &chosen.config, &chosen.weights)?;
+            write_keras_archive(&archive, &format!("converted_{}", chosen.name.replace(|c: char| !c.is_alphanumeric(), "_")), &chosen.config, &chosen.weights)?;
             let probe = [("inputs.query", &query), ("inputs.value", &value), ("inputs.key", &key), ("outputs.output", &expected)];
-            keras_fixture(&case, &description, &chosen.config, false, chosen.weights.clone(), &probe)?.write(&out)?;
+            let mut file = keras_fixture(&case, &description, &chosen.config, false, chosen.weights.clone(), &probe)?;
+            let mut metadata: serde_json::Value = serde_json::from_str(&file.metadata["config"])?;
+            let file_name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            metadata["weights_h5"] = file_name(&h5).into();
+            metadata["keras_archive"] = file_name(&archive).into();
+            file.metadata.insert("config".into(), metadata.to_string());
+            file.write(&out)?;
+            let input = || -> Result<KerasMhaInput> {
+                Ok(KerasMhaInput::new(query.to_tensor("query", &device)?, value.to_tensor("value", &device)?).key(key.to_tensor("key", &device)?))
+            };
+            // Both files read back: the safetensors by name, the .weights.h5 by Keras' layout.
             let back = TensorFile::read(&out)?;
             let config = model::KerasMhaConfig::from_weights(&weights_of(&back))?.with_dropout(chosen.config.dropout);
-            let layer = config.init_with_weights(&weights_of(&back), &device)?;
-            let input = KerasMhaInput::new(query.to_tensor("query", &device)?, value.to_tensor("value", &device)?).key(key.to_tensor("key", &device)?);
-            (layer.num_params(), HostTensor::from_tensor(layer.forward(input)?.output), vec![out])
+            let from_safetensors = HostTensor::from_tensor(config.init_with_weights(&weights_of(&back), &device)?.forward(input()?)?.output);
+            let mut worst = from_safetensors;
+            let mut parameters = 0;
+            for written in [&h5, &archive] {
+                let [back] = <[KerasFileLayer; 1]>::try_from(read_keras_file(written)?).map_err(|l| anyhow::anyhow!("{}: {} layers read back", written.display(), l.len()))?;
+                let layer = back.config.init_with_weights(&back.weights, &device)?;
+                let output = HostTensor::from_tensor(layer.forward(input()?)?.output);
+                parameters = layer.num_params();
+                if max_difference(&expected, &output) > max_difference(&expected, &worst) {
+                    worst = output;
+                }
+            }
+            (parameters, worst, vec![out, h5, archive])
         }
         Target::Projected => {
             let converted = projected.expect("converted above");
@@ -211,7 +238,7 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
             (layer.num_params(), HostTensor::from_tensor(layer.forward(input)?.output), vec![out, probe_path])
         }
     };
-    let max_abs_difference = expected.data.iter().zip(&converted_output.data).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+    let max_abs_difference = max_difference(&expected, &converted_output);
     Ok(Report {
         source: input.to_path_buf(),
         layer: chosen.name.clone(),
@@ -284,6 +311,19 @@ fn default_output(input: &Path, layer: &str, target: Target) -> PathBuf {
     let name = input.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let stem = [".keras", ".weights.h5", ".h5", ".pt", ".pth"].iter().fold(name.as_str(), |stem, suffix| stem.trim_end_matches(suffix));
     input.with_file_name(format!("{stem}.{layer}.{}", target.file_suffix()))
+}
+
+fn max_difference(a: &HostTensor, b: &HostTensor) -> f32 {
+    a.data.iter().zip(&b.data).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max)
+}
+
+/// The three files of a Keras export named by `--out` (`x`, `x.keras`, `x.weights.h5` or
+/// `x.keras.safetensors`): `x.keras.safetensors`, `x.weights.h5` and `x.keras`.
+fn keras_files(out: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = [".safetensors", ".keras", ".weights.h5", ".h5"].iter().fold(name.as_str(), |stem, suffix| stem.trim_end_matches(suffix));
+    let beside = |suffix: &str| out.with_file_name(format!("{stem}{suffix}"));
+    (beside(".keras.safetensors"), beside(".weights.h5"), beside(".keras"))
 }
 
 /// The model weights of a fixture-format file (everything but the probe).
