@@ -138,6 +138,10 @@ fn convert_writes_every_exact_target_and_refuses_the_rest() {
         let verified = xtask(&["verify", checked.to_str().unwrap(), "--backend", "flex"]);
         let lines = stdout(&verified);
         assert!(verified.status.success() && lines.lines().last().is_some_and(|l| l.ends_with(" 0 failed")), "{file} {layer} -> {target}: {lines}");
+        if target == "torch" || target == "projected" {
+            let module = std::fs::read_to_string(stem.with_extension("py")).unwrap_or_default();
+            assert!(module.contains("load_state_dict(state, strict=True)"), "{file} {layer} -> {target}: no module file beside the weights");
+        }
         if target == "keras" {
             // The written .keras and .weights.h5 are Keras files again, each with the one layer.
             for written in [format!("{}.keras", stem.display()), format!("{}.weights.h5", stem.display())] {

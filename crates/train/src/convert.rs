@@ -14,6 +14,9 @@
 //!   fixture format: the probe's `query`, `key`, `value`, output and head-averaged weights);
 //! * `burn`: the Burn module as burnpack, with the probe beside it.
 //!
+//! Beside a torch export it writes `<file>.py`, the `nn.Module` that holds the weights
+//! ([`crate::torch_module`]).
+//!
 //! Every written file carries a probe batch and the *source* layer's output on it, so `cargo
 //! xtask verify FILE` (Burn) and `xtask/python/check_export.py FILE` (the real library) check it.
 //! Before returning, the written file is read back and run, and the largest difference from the
@@ -35,6 +38,7 @@ use serde_json::json;
 
 use crate::export::{keras_fixture, projected_fixture};
 use crate::run::save_burnpack;
+use crate::torch_module::{TorchModule, python_source};
 
 /// Sequences and steps of the probe batch.
 const PROBE_BATCH: usize = 2;
@@ -194,10 +198,11 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
         Target::Projected => {
             let converted = projected.expect("converted above");
             projected_fixture(&case, &description, &converted.config, converted.weights, &query, &expected)?.write(&out)?;
+            let module = write_module_source(&out, TorchModule::Projected(&converted.config), &description)?;
             let back = TensorFile::read(&out)?;
             let model = converted.config.init_with_state_dict(&weights_of(&back), &device)?;
             let output = model.forward(ProjectedInput::new(query.to_tensor("x", &device)?).need_weights(false))?.output;
-            (Module::num_params(&model), HostTensor::from_tensor(output), vec![out])
+            (Module::num_params(&model), HostTensor::from_tensor(output), vec![out, module])
         }
         Target::Torch => {
             let converted = torch.expect("converted above");
@@ -221,12 +226,13 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
                 tensors.insert(name, tensor.clone());
             }
             TensorFile { tensors, metadata: [("config".to_string(), metadata.to_string())].into() }.write(&out)?;
+            let module = write_module_source(&out, TorchModule::Attention(config), &description)?;
             let back = TensorFile::read(&out)?;
             let layer = config.init_with_state_dict(&weights_of(&back), &device)?;
             let call = TorchMhaInput::new(query.to_tensor("query", &device)?, key.to_tensor("key", &device)?, value.to_tensor("value", &device)?);
             let result = layer.forward(call)?;
             debug_assert!(matches!(result.attn_weights, Some(AttnWeights::Averaged(_))));
-            (Module::num_params(&layer), HostTensor::from_tensor(result.output), vec![out])
+            (Module::num_params(&layer), HostTensor::from_tensor(result.output), vec![out, module])
         }
         Target::Burn => {
             save_burnpack(source.clone(), &out)?;
@@ -311,6 +317,14 @@ fn default_output(input: &Path, layer: &str, target: Target) -> PathBuf {
     let name = input.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let stem = [".keras", ".weights.h5", ".h5", ".pt", ".pth"].iter().fold(name.as_str(), |stem, suffix| stem.trim_end_matches(suffix));
     input.with_file_name(format!("{stem}.{layer}.{}", target.file_suffix()))
+}
+
+/// `<out>.py` beside a torch export: the module that holds its weights ([`python_source`]).
+fn write_module_source(out: &Path, module: TorchModule, description: &str) -> Result<PathBuf> {
+    let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let path = out.with_file_name(format!("{}.py", name.trim_end_matches(".safetensors")));
+    model::weights::write_atomic(&path, python_source(module, &name, description).as_bytes())?;
+    Ok(path)
 }
 
 fn max_difference(a: &HostTensor, b: &HostTensor) -> f32 {

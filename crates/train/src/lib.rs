@@ -17,3 +17,4 @@ pub mod rng;
 pub mod run;
 pub mod study;
 pub mod task;
+pub mod torch_module;
