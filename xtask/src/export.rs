@@ -8,8 +8,8 @@ use train::export::{Format, export};
 
 /// The long help of `cargo xtask export --help`.
 pub const LONG_ABOUT: &str = "\
-Export a trained run: burnpack (burn), safetensors with Keras names (keras) or with torch
-state_dict names (torch). The safetensors files carry a probe batch and this model's output on
+Export a trained run: burnpack (burn), safetensors with Keras names (keras; with a .keras archive
+and a .weights.h5 beside it that Keras opens itself) or with torch state_dict names (torch). The safetensors files carry a probe batch and this model's output on
 it; check them with `cargo xtask verify FILE` and `python3 xtask/python/check_export.py FILE`.";
 
 #[derive(clap::Args)]
@@ -28,5 +28,9 @@ pub struct Args {
 pub fn run(args: Args) -> Result<ExitCode> {
     let path = export(&args.run, args.format, args.out, &train::paths::task_data_dir())?;
     println!("wrote {}", path.display());
+    if args.format == Format::Keras {
+        let stem = path.with_extension("");
+        println!("wrote {}.keras (keras.saving.load_model) and {}.weights.h5 (Model.load_weights)", stem.display(), stem.display());
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -36,7 +36,7 @@ use model::torch_mha::{AttnWeights, TorchMhaInput};
 use model::{HostTensor, KerasMha, KerasMhaInput, TensorFile};
 use serde_json::json;
 
-use crate::export::{keras_fixture, projected_fixture};
+use crate::export::{keras_fixture, name_keras_files, projected_fixture};
 use crate::run::save_burnpack;
 use crate::torch_module::{TorchModule, python_source};
 
@@ -169,11 +169,7 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
             write_keras_archive(&archive, &format!("converted_{}", chosen.name.replace(|c: char| !c.is_alphanumeric(), "_")), &chosen.config, &chosen.weights)?;
             let probe = [("inputs.query", &query), ("inputs.value", &value), ("inputs.key", &key), ("outputs.output", &expected)];
             let mut file = keras_fixture(&case, &description, &chosen.config, false, chosen.weights.clone(), &probe)?;
-            let mut metadata: serde_json::Value = serde_json::from_str(&file.metadata["config"])?;
-            let file_name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            metadata["weights_h5"] = file_name(&h5).into();
-            metadata["keras_archive"] = file_name(&archive).into();
-            file.metadata.insert("config".into(), metadata.to_string());
+            name_keras_files(&mut file, &h5, &archive)?;
             file.write(&out)?;
             let input = || -> Result<KerasMhaInput> {
                 Ok(KerasMhaInput::new(query.to_tensor("query", &device)?, value.to_tensor("value", &device)?).key(key.to_tensor("key", &device)?))

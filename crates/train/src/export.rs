@@ -2,7 +2,8 @@
 //!
 //! * `keras`: safetensors with Keras' names and shapes (`query.kernel (D, h, k)`, ...), in the
 //!   `keras_*` fixture format: a probe batch (`inputs.query`, `inputs.value`) and this model's
-//!   output on it (`outputs.output`), with the layer's constructor arguments in the metadata.
+//!   output on it (`outputs.output`), with the layer's constructor arguments in the metadata; and
+//!   beside it the `.keras` archive and `.weights.h5` that Keras opens itself.
 //! * `torch`: safetensors with torch state_dict names (`proj.*`, `in_proj_weight`, ..., `final.*`),
 //!   in the `projected_*` fixture format (`inputs.x`, `outputs.output`).
 //! * `burn`: burnpack of the Burn module, with the probe beside it (`<file>.probe.safetensors`).
@@ -18,6 +19,7 @@ use anyhow::{Context, Result, bail};
 use burn::module::Module;
 use burn::tensor::Device;
 use model::convert::{keras_to_projected, projected_to_keras};
+use model::keras_file::{write_keras_archive, write_weights_h5};
 use model::{HostTensor, KerasMhaConfig, ProjectedConfig, TensorFile, WeightMap};
 use serde_json::json;
 
@@ -77,7 +79,18 @@ pub fn export(run_dir: &Path, format: Format, out: Option<PathBuf>, data_dir: &P
             probe.write(&PathBuf::from(format!("{}.probe.safetensors", out.display())))?;
             return Ok(out);
         }
-        Format::Keras => keras_file(&config, &spec, &weights, &x, &output)?,
+        Format::Keras => {
+            // Beside the safetensors, the files Keras opens itself: `<stem>.keras` and
+            // `<stem>.weights.h5` (a model holding the layer; see `model::keras_file`).
+            let (layer, keras_weights, _) = keras_layer(&config, &spec, &weights)?;
+            let stem = out.file_name().map(|n| n.to_string_lossy().trim_end_matches(".safetensors").to_string()).unwrap_or_default();
+            let (h5, archive) = (out.with_file_name(format!("{stem}.weights.h5")), out.with_file_name(format!("{stem}.keras")));
+            write_weights_h5(&h5, &layer, &keras_weights)?;
+            write_keras_archive(&archive, &format!("export_{}", config.name.replace(|c: char| !c.is_alphanumeric(), "_")), &layer, &keras_weights)?;
+            let mut file = keras_file(&config, &spec, &weights, &x, &output)?;
+            name_keras_files(&mut file, &h5, &archive)?;
+            file
+        }
         Format::Torch => torch_file(&config, &spec, &weights, &x, &output)?,
     };
     file.write(&out)?;
@@ -102,7 +115,17 @@ fn probe_tensors(entries: &[(&str, &HostTensor)]) -> WeightMap {
 
 /// The Keras-vocabulary file in the `keras_*` fixture format.
 fn keras_file(config: &RunConfig, spec: &ModelSpec, weights: &WeightMap, x: &HostTensor, output: &HostTensor) -> Result<TensorFile> {
-    let (layer, keras_weights, causal) = match spec {
+    let (layer, keras_weights, causal) = keras_layer(config, spec, weights)?;
+    let case = format!("export_{}", config.name);
+    let description = format!("export of run {} ({} model) as keras.layers.MultiHeadAttention", config.name, spec.kind());
+    let probe = [("inputs.query", x), ("inputs.value", x), ("outputs.output", output)];
+    keras_fixture(&case, &description, &layer, causal, keras_weights, &probe)
+}
+
+/// The run's model as a Keras layer: its config, its weights in Keras' names, and whether it is
+/// called with `use_causal_mask`.
+fn keras_layer(config: &RunConfig, spec: &ModelSpec, weights: &WeightMap) -> Result<(KerasMhaConfig, WeightMap, bool)> {
+    Ok(match spec {
         ModelSpec::Keras { layer, use_causal_mask } => (layer.clone(), weights.clone(), *use_causal_mask),
         ModelSpec::Projected(projected) => {
             if config.model.use_causal_mask {
@@ -112,11 +135,18 @@ fn keras_file(config: &RunConfig, spec: &ModelSpec, weights: &WeightMap, x: &Hos
             (converted.config, converted.weights, false)
         }
         ModelSpec::Baseline { .. } => bail!("the baseline MLP has no Keras attention layer to export to (use --format burn)"),
-    };
-    let case = format!("export_{}", config.name);
-    let description = format!("export of run {} ({} model) as keras.layers.MultiHeadAttention", config.name, spec.kind());
-    let probe = [("inputs.query", x), ("inputs.value", x), ("outputs.output", output)];
-    keras_fixture(&case, &description, &layer, causal, keras_weights, &probe)
+    })
+}
+
+/// Names, in a `keras_*` fixture's metadata, the `.weights.h5` and `.keras` written beside it, so
+/// that `check_export.py` loads them in the real Keras too.
+pub fn name_keras_files(file: &mut TensorFile, h5: &Path, archive: &Path) -> Result<()> {
+    let file_name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut metadata: serde_json::Value = serde_json::from_str(&file.metadata["config"])?;
+    metadata["weights_h5"] = file_name(h5).into();
+    metadata["keras_archive"] = file_name(archive).into();
+    file.metadata.insert("config".into(), metadata.to_string());
+    Ok(())
 }
 
 /// A file in the `keras_*` fixture format: a layer's weights in Keras' names and shapes, a probe

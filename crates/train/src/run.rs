@@ -16,7 +16,7 @@ use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::Device;
 use model::weights::write_atomic;
-use model::TensorFile;
+use model::{TensorFile, WeightMap};
 use serde::{Deserialize, Serialize};
 
 use crate::config::RunConfig;
@@ -202,8 +202,7 @@ pub fn train(config: &RunConfig, options: &RunOptions) -> Result<Option<Summary>
 fn initial_model(config: &RunConfig, spec: &ModelSpec, device: &Device) -> Result<TaskModel> {
     let model = match &config.model.init_from {
         Some(path) => {
-            // An export also carries a probe batch (`inputs.*`, `outputs.*`): only the weights load.
-            let weights = model::fixture::model_weights(&TensorFile::read(path)?.tensors);
+            let weights = init_weights(path, spec).with_context(|| format!("model.init_from = {}", path.display()))?;
             spec.init_with_weights(&weights, device).with_context(|| format!("model.init_from = {}", path.display()))?
         }
         None => {
@@ -301,6 +300,41 @@ fn write_metrics(dir: &Path, position: &Position) -> Result<()> {
     }
     write_atomic(&dir.join("epochs.csv"), epochs.as_bytes())?;
     Ok(())
+}
+
+/// The weights `model.init_from` names, in the vocabulary of the run's model: a safetensors file
+/// (an export, whose probe `inputs.*` / `outputs.*` is left out), or the one attention layer of a
+/// Keras `.keras` / `.weights.h5` or PyTorch `.pt` / `.pth` file, converted exactly.
+fn init_weights(path: &Path, spec: &ModelSpec) -> Result<WeightMap> {
+    let extension = path.extension().map(|e| e.to_string_lossy().to_lowercase()).unwrap_or_default();
+    let (heads, wants_projected) = match spec {
+        ModelSpec::Keras { layer, .. } => (layer.num_heads, false),
+        ModelSpec::Projected(projected) => (projected.num_heads, true),
+        ModelSpec::Baseline { .. } => return Ok(model::fixture::model_weights(&TensorFile::read(path)?.tensors)),
+    };
+    let (config, keras_weights) = match extension.as_str() {
+        "keras" | "h5" => {
+            let layers = model::keras_file::read_keras_file(path)?;
+            let [layer] = <[_; 1]>::try_from(layers).map_err(|layers: Vec<model::keras_file::KerasFileLayer>| {
+                let names: Vec<String> = layers.iter().map(|l| l.name.clone()).collect();
+                anyhow::anyhow!("{} holds {} attention layers {names:?}; extract one with `cargo xtask convert --layer NAME --to keras`", path.display(), layers.len())
+            })?;
+            (layer.config, layer.weights)
+        }
+        "pt" | "pth" => {
+            let layers = model::torch_file::read_torch_file(path, heads)?;
+            let [layer] = <[_; 1]>::try_from(layers).map_err(|layers: Vec<model::torch_file::TorchFileLayer>| {
+                anyhow::anyhow!("{} holds {} nn.MultiheadAttention layers; extract one with `cargo xtask convert --layer PREFIX`", path.display(), layers.len())
+            })?;
+            let converted = model::convert::torch_to_keras(&layer.config, &layer.weights)?;
+            (converted.config, converted.weights)
+        }
+        _ => return Ok(model::fixture::model_weights(&TensorFile::read(path)?.tensors)),
+    };
+    Ok(match wants_projected {
+        true => model::convert::keras_to_projected(&config, &keras_weights)?.weights,
+        false => keras_weights,
+    })
 }
 
 /// Saves a module as burnpack, atomically.

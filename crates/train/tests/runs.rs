@@ -95,9 +95,18 @@ fn keras_and_torch_exports_of_both_models_reproduce_their_probe() {
         let check = fixture::compare(kind, "flex", "burnpack", &ours, probe.get("outputs.output").unwrap(), 1e-6);
         assert!(check.passed, "{check}");
     }
-    // A run can start from an export (init_from), in either vocabulary of its own model.
-    let init = runs.join("keras/export/keras.safetensors");
-    let config = tiny(&["name=from-export", &format!("model.init_from=\"{}\"", init.display())]);
+    // A run can start from an export (init_from), in either vocabulary of its own model, and from
+    // the .keras / .weights.h5 files Keras opens: the same start, so the same trained losses.
+    let mut losses = Vec::new();
+    for (i, file) in ["keras.safetensors", "keras.keras", "keras.weights.h5"].into_iter().enumerate() {
+        let init = runs.join("keras/export").join(file);
+        let config = tiny(&[&format!("name=from-export-{i}"), &format!("model.init_from=\"{}\"", init.display())]);
+        losses.push(train(&config, &options(&runs, false, None)).unwrap().unwrap().test_loss);
+    }
+    assert!(losses.iter().all(|&l| l == losses[0]), "{losses:?}");
+    // The projected model starts from the Keras archive through the exact Keras -> projected mapping.
+    let init = runs.join("keras/export/keras.keras");
+    let config = tiny(&["name=projected-from-keras", "model.kind=projected", &format!("model.init_from=\"{}\"", init.display())]);
     train(&config, &options(&runs, false, None)).unwrap().unwrap();
     std::fs::remove_dir_all(&runs).ok();
 }
