@@ -15,6 +15,10 @@ Writes, next to this script:
 * `torch_kdim.pt`: a bare `nn.MultiheadAttention(8, 2, kdim=5, vdim=6, bias=False)` state dict
   (separate `q/k/v_proj_weight`);
 * `torch_checkpoint.pt`: a checkpoint dict `{"epoch", "model_state_dict": <torch_packed's>}`;
+* `torch_full_module.pt`: `torch.save(module)` of that module, a pickle that names its class
+  (read without importing or running it);
+* `sequential_custom.keras`: a Sequential model whose custom layer holds the attention layer as an
+  attribute (no entry in the config's layer lists; found by the weights' layout);
 * `dense_only.keras`: a model without attention layers (a bad input for `convert`);
 * `<file stem>.probe.safetensors`: for each attention layer, a probe `query`, `value` and `key`
   and the real layer's output on them (`<layer>.query`, `<layer>.value`, `<layer>.key`,
@@ -58,19 +62,38 @@ def nested():
     return keras.Model(inputs, outputs, name="outer")
 
 
+@keras.saving.register_keras_serializable(package="make_model_files")
+class TransformerBlock(layers.Layer):
+    """A custom layer holding an attention layer, as Keras text models write them."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.attention = layers.MultiHeadAttention(num_heads=2, key_dim=3, name="inner_attention")
+        self.mix = layers.Dense(FEATURES)
+
+    def call(self, x):
+        return self.mix(self.attention(x, x))
+
+
+def sequential_custom():
+    return keras.Sequential([keras.Input((SEQ, FEATURES)), layers.Dense(FEATURES), TransformerBlock(name="block")], name="sequential_custom")
+
+
 def dense_only():
     inputs = keras.Input((SEQ, FEATURES))
     return keras.Model(inputs, layers.Dense(2)(layers.Dense(4)(inputs)), name="no_attention")
 
 
 def attention_layers(model):
-    """Every MultiHeadAttention in `model`, nested models included, by path."""
+    """Every MultiHeadAttention in `model`, nested models and custom layers included."""
     found = []
     for layer in model.layers:
         if isinstance(layer, layers.MultiHeadAttention):
             found.append(layer)
         elif isinstance(layer, keras.Model):
             found.extend(attention_layers(layer))
+        elif isinstance(getattr(layer, "attention", None), layers.MultiHeadAttention):
+            found.append(layer.attention)
     return found
 
 
@@ -130,15 +153,16 @@ def torch_files(rng):
     torch.save(block.state_dict(), os.path.join(HERE, "torch_packed.pt"))
     torch.save(bare.state_dict(), os.path.join(HERE, "torch_kdim.pt"))
     torch.save({"epoch": 3, "model_state_dict": block.state_dict()}, os.path.join(HERE, "torch_checkpoint.pt"))
+    torch.save(block, os.path.join(HERE, "torch_full_module.pt"))
     probe = {**torch_probe(block.attn, "attn", rng), **torch_probe(bare, "bare", rng)}
     save_file(probe, os.path.join(HERE, "torch.probe.safetensors"), metadata={"torch": torch.__version__})
-    print("wrote torch_packed.pt, torch_kdim.pt, torch_checkpoint.pt")
+    print("wrote torch_packed.pt, torch_kdim.pt, torch_checkpoint.pt, torch_full_module.pt")
 
 
 def main():
     keras.utils.set_random_seed(7)
     rng = np.random.default_rng(7)
-    for stem, build in [("functional", functional), ("nested", nested)]:
+    for stem, build in [("functional", functional), ("nested", nested), ("sequential_custom", sequential_custom)]:
         model = build()
         randomise(model, rng)
         model.save(os.path.join(HERE, f"{stem}.keras"))

@@ -33,10 +33,12 @@ fn read(name: &str) -> Vec<KerasFileLayer> {
 #[test]
 fn archives_and_weights_files_reproduce_the_real_layers() {
     let device = Device::flex();
-    let cases: [(&str, &str, &[(&str, &str)]); 3] = [
+    let cases: [(&str, &str, &[(&str, &str)]); 4] = [
         ("functional.keras", "functional", &[("attn_values", "layers/multi_head_attention"), ("attn_nobias", "layers/multi_head_attention_1")]),
         ("functional.weights.h5", "functional", &[("attn_values", "layers/multi_head_attention"), ("attn_nobias", "layers/multi_head_attention_1")]),
         ("nested.keras", "nested", &[("multi_head_attention", "layers/functional/layers/multi_head_attention")]),
+        // An attribute of a custom layer: not in the config's layer lists, found by the layout.
+        ("sequential_custom.keras", "sequential_custom", &[("inner_attention", "layers/transformer_block/attention")]),
     ];
     for (file, stem, want) in cases {
         let layers = read(file);
@@ -169,6 +171,8 @@ fn torch_checkpoints_reproduce_the_real_layers() {
         ("torch_packed.pt", "attn.", "attn", None, true),
         ("torch_checkpoint.pt", "model_state_dict.attn.", "attn", None, true),
         ("torch_kdim.pt", "", "bare", Some(5), false),
+        // torch.save(module): a pickle naming the module's class, read without running it.
+        ("torch_full_module.pt", "attn.", "attn", None, true),
     ] {
         let layers = read_torch_file(&model_files().join(file), 2).unwrap_or_else(|e| panic!("{file}: {e}"));
         let [layer] = layers.as_slice() else { panic!("{file}: {} layers", layers.len()) };
