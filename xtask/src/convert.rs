@@ -29,7 +29,7 @@ pub struct Args {
     #[arg(long)]
     to: Option<Target>,
     /// The layer's name, HDF5 path or state-dict prefix (e.g. `attn.`), when the file holds several.
-    #[arg(long)]
+    #[arg(long, visible_alias = "prefix")]
     layer: Option<String>,
     /// Heads of a PyTorch nn.MultiheadAttention (not stored in its state dict).
     #[arg(long)]
