@@ -17,6 +17,8 @@ Writes, next to this script:
 * `torch_checkpoint.pt`: a checkpoint dict `{"epoch", "model_state_dict": <torch_packed's>}`;
 * `torch_full_module.pt`: `torch.save(module)` of that module, a pickle that names its class
   (read without importing or running it);
+* `torch_projected.pt`: the state dict of a module holding the seed's port under `port.`:
+  `Linear(4, 24) + nn.MultiheadAttention(24, 6) + Linear(24, 4)` as `proj`, `mha`, `final`;
 * `sequential_custom.keras`: a Sequential model whose custom layer holds the attention layer as an
   attribute (no entry in the config's layer lists; found by the weights' layout);
 * `dense_only.keras`: a model without attention layers (a bad input for `convert`);
@@ -130,6 +132,26 @@ class Block(torch.nn.Module):
         self.head = torch.nn.Linear(FEATURES, 3)
 
 
+class Projected(torch.nn.Module):
+    """Linear(in, E) -> nn.MultiheadAttention(E, h) self-attention -> Linear(E, out)."""
+
+    def __init__(self, in_features, embed_dim, num_heads, output_dim):
+        super().__init__()
+        self.proj = torch.nn.Linear(in_features, embed_dim)
+        self.mha = torch.nn.MultiheadAttention(embed_dim, num_heads, batch_first=True)
+        self.final = torch.nn.Linear(embed_dim, output_dim)
+
+    def forward(self, x):
+        z = self.proj(x)
+        return self.final(self.mha(z, z, z, need_weights=False)[0])
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.port = Projected(4, 24, 6, 4)
+
+
 def torch_probe(mha, name, rng):
     """The probe `<name>.query/key/value` and torch's output on it (`need_weights=False`)."""
     kdim, vdim = mha.kdim, mha.vdim
@@ -154,9 +176,18 @@ def torch_files(rng):
     torch.save(bare.state_dict(), os.path.join(HERE, "torch_kdim.pt"))
     torch.save({"epoch": 3, "model_state_dict": block.state_dict()}, os.path.join(HERE, "torch_checkpoint.pt"))
     torch.save(block, os.path.join(HERE, "torch_full_module.pt"))
-    probe = {**torch_probe(block.attn, "attn", rng), **torch_probe(bare, "bare", rng)}
+    net = Net()
+    with torch.no_grad():  # scale 0.2: outputs of order 1, so float32 rounding stays far below 1e-5
+        for p in net.parameters():
+            p.copy_(torch.from_numpy(rng.normal(scale=0.2, size=tuple(p.shape)).astype(np.float32)))
+    torch.save(net.state_dict(), os.path.join(HERE, "torch_projected.pt"))
+    x = rng.normal(size=(PROBE_BATCH, SEQ, 4)).astype(np.float32)
+    net.eval()
+    with torch.no_grad():
+        port_output = np.ascontiguousarray(net.port(torch.from_numpy(x)).numpy())
+    probe = {**torch_probe(block.attn, "attn", rng), **torch_probe(bare, "bare", rng), "port.x": x, "port.output": port_output}
     save_file(probe, os.path.join(HERE, "torch.probe.safetensors"), metadata={"torch": torch.__version__})
-    print("wrote torch_packed.pt, torch_kdim.pt, torch_checkpoint.pt, torch_full_module.pt")
+    print("wrote torch_packed.pt, torch_kdim.pt, torch_checkpoint.pt, torch_full_module.pt, torch_projected.pt")
 
 
 def main():

@@ -109,6 +109,8 @@ fn convert_writes_every_exact_target_and_refuses_the_rest() {
         ("torch_checkpoint.pt", "model_state_dict.attn", "torch", true),
         ("torch_kdim.pt", "mha", "keras", true),
         ("torch_kdim.pt", "mha", "projected", false),
+        ("torch_projected.pt", "port", "keras", true),
+        ("torch_projected.pt", "port", "projected", true),
     ];
     for (file, layer, target, exact) in cases {
         let stem = dir.join(format!("{}-{}-{target}", file.replace('.', "_"), layer.trim_end_matches('.')));
@@ -119,7 +121,8 @@ fn convert_writes_every_exact_target_and_refuses_the_rest() {
             _ => (stem.with_extension("safetensors"), stem.with_extension("safetensors")),
         };
         let input = format!("{files}/{file}");
-        let run = xtask(&["convert", &input, "--to", target, "--layer", layer, "--num-heads", "2", "--out", out.to_str().unwrap()]);
+        let heads = if file == "torch_projected.pt" { "6" } else { "2" };
+        let run = xtask(&["convert", &input, "--to", target, "--layer", layer, "--num-heads", heads, "--out", out.to_str().unwrap()]);
         let (text, errors) = (stdout(&run), String::from_utf8_lossy(&run.stderr).into_owned());
         if !exact {
             assert!(!run.status.success() && errors.contains("cannot be exact"), "{file} {layer} -> {target}: {text}{errors}");

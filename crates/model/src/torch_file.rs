@@ -6,12 +6,19 @@
 //! query, key and value have the embedding width) or `<prefix>{q,k,v}_proj_weight` (`kdim` /
 //! `vdim` set), `<prefix>in_proj_bias [3E]`, `<prefix>out_proj.{weight [E, E], bias [E]}`. The
 //! head count is not stored anywhere in the file: the caller gives it.
+//!
+//! An attention layer at `<p>mha.` with Linears `<p>proj.` and `<p>final.` beside it is the
+//! projected model (`Linear + nn.MultiheadAttention + Linear`, the module `cargo xtask convert`
+//! writes for PyTorch users), and is read as that whole model.
 
 use std::path::Path;
 
 use pytorch_reader::{DType, PytorchReader};
 
+use crate::convert::{Converted, projected_to_keras, torch_to_keras};
 use crate::error::{ModelError, Result};
+use crate::keras_mha::KerasMhaConfig;
+use crate::projected::ProjectedConfig;
 use crate::torch_mha::TorchMhaConfig;
 use crate::weights::{HostTensor, WeightMap};
 
@@ -19,14 +26,36 @@ use crate::weights::{HostTensor, WeightMap};
 const TORCH_MHA_TENSORS: [&str; 8] =
     ["in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias", "bias_k"];
 
-/// One `nn.MultiheadAttention` found in a checkpoint.
+/// What an attention layer of a checkpoint belongs to.
+#[derive(Debug, Clone)]
+pub enum TorchFileModel {
+    /// A bare `nn.MultiheadAttention`.
+    Attention(TorchMhaConfig),
+    /// The projected model around it.
+    Projected(ProjectedConfig),
+}
+
+/// One `nn.MultiheadAttention` (or projected model) found in a checkpoint.
 #[derive(Debug, Clone)]
 pub struct TorchFileLayer {
-    /// The state-dict prefix of its tensors, e.g. `attn.` (empty for a bare layer).
+    /// The state-dict prefix of its tensors, e.g. `attn.` (empty for a bare layer); for a
+    /// projected model, the prefix of its `proj.`, `mha.` and `final.`.
     pub prefix: String,
-    pub config: TorchMhaConfig,
-    /// Its tensors under torch's names, prefix removed.
+    pub model: TorchFileModel,
+    /// Its tensors under torch's names, prefix removed: `in_proj_weight`, ... for a layer,
+    /// `proj.*`, `in_proj_weight`, ..., `final.*` (the projected model's state dict) for a model.
     pub weights: WeightMap,
+}
+
+impl TorchFileLayer {
+    /// The same layer in Keras' vocabulary, through the exact torch -> Keras or projected ->
+    /// Keras mapping ([`crate::convert`]).
+    pub fn to_keras(&self) -> Result<Converted<KerasMhaConfig>> {
+        match &self.model {
+            TorchFileModel::Attention(config) => torch_to_keras(config, &self.weights),
+            TorchFileModel::Projected(config) => projected_to_keras(config, &self.weights),
+        }
+    }
 }
 
 /// Every `nn.MultiheadAttention` of a checkpoint, by prefix; a checkpoint dict whose state dict
@@ -41,29 +70,46 @@ pub fn read_torch_file(path: &Path, num_heads: usize) -> Result<Vec<TorchFileLay
         .filter_map(|n| n.strip_suffix("in_proj_weight").or_else(|| n.strip_suffix("q_proj_weight")))
         .map(str::to_string)
         .collect();
+    let read = |name: &str| -> Result<HostTensor> {
+        let tensor = reader.get(name).expect("a listed key");
+        let bytes = tensor.read().map_err(|e| ModelError::file(path, format!("tensor {name}: {e}")))?;
+        let data: Vec<f32> = match tensor.dtype() {
+            DType::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+            DType::F64 => bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32).collect(),
+            other => return Err(ModelError::file(path, format!("tensor {name} is {other:?}; float32 and float64 are supported"))),
+        };
+        let shape = tensor.shape().to_vec();
+        if data.len() != shape.iter().product::<usize>() {
+            return Err(ModelError::file(path, format!("tensor {name}: {} values for shape {shape:?}", data.len())));
+        }
+        Ok(HostTensor::new(shape, data))
+    };
     let mut layers = Vec::new();
     for prefix in prefixes {
         let mut weights = WeightMap::new();
         for name in names.iter().filter(|n| n.starts_with(&prefix)) {
             let local = &name[prefix.len()..];
-            if !TORCH_MHA_TENSORS.contains(&local) && !local.starts_with("out_proj.") {
-                continue;
+            if TORCH_MHA_TENSORS.contains(&local) || local.starts_with("out_proj.") {
+                weights.insert(local, read(name)?);
             }
-            let tensor = reader.get(name).expect("a listed key");
-            let bytes = tensor.read().map_err(|e| ModelError::file(path, format!("tensor {name}: {e}")))?;
-            let data: Vec<f32> = match tensor.dtype() {
-                DType::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
-                DType::F64 => bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32).collect(),
-                other => return Err(ModelError::file(path, format!("tensor {name} is {other:?}; float32 and float64 are supported"))),
-            };
-            let shape = tensor.shape().to_vec();
-            if data.len() != shape.iter().product::<usize>() {
-                return Err(ModelError::file(path, format!("tensor {name}: {} values for shape {shape:?}", data.len())));
-            }
-            weights.insert(local, HostTensor::new(shape, data));
         }
         let config = config_from_weights(&weights, num_heads).map_err(|e| ModelError::file(path, format!("nn.MultiheadAttention at {prefix:?}: {e}")))?;
-        layers.push(TorchFileLayer { prefix, config, weights });
+        // `<p>mha.` between `<p>proj.` and `<p>final.`: the projected model.
+        let outer = prefix.strip_suffix("mha.").filter(|p| reader.get(&format!("{p}proj.weight")).is_some());
+        let Some(outer) = outer else {
+            layers.push(TorchFileLayer { prefix, model: TorchFileModel::Attention(config), weights });
+            continue;
+        };
+        let proj = read(&format!("{outer}proj.weight"))?; // [E, in]
+        let mut projected = ProjectedConfig::new(proj.shape[1], config.embed_dim, num_heads).with_bias(config.bias);
+        weights.insert("proj.weight", proj);
+        for name in [format!("{outer}proj.bias"), format!("{outer}final.weight"), format!("{outer}final.bias")] {
+            if reader.get(&name).is_some() {
+                weights.insert(&name[outer.len()..], read(&name)?);
+            }
+        }
+        projected.output_dim = weights.get("final.weight").ok().map(|w| w.shape[0]);
+        layers.push(TorchFileLayer { prefix: outer.to_string(), model: TorchFileModel::Projected(projected), weights });
     }
     Ok(layers)
 }

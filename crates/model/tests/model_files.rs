@@ -176,15 +176,26 @@ fn torch_checkpoints_reproduce_the_real_layers() {
     ] {
         let layers = read_torch_file(&model_files().join(file), 2).unwrap_or_else(|e| panic!("{file}: {e}"));
         let [layer] = layers.as_slice() else { panic!("{file}: {} layers", layers.len()) };
-        assert_eq!((layer.prefix.as_str(), layer.config.kdim, layer.config.bias), (prefix, kdim, bias), "{file}");
+        let model::torch_file::TorchFileModel::Attention(config) = &layer.model else { panic!("{file}: read as a projected model") };
+        assert_eq!((layer.prefix.as_str(), config.kdim, config.bias), (prefix, kdim, bias), "{file}");
         let tensor = |suffix: &str| probe.tensors.get(&format!("{probe_name}.{suffix}")).unwrap().to_tensor::<3>(suffix, &device).unwrap();
-        let mha = layer.config.init_with_state_dict(&layer.weights, &device).unwrap();
+        let mha = config.init_with_state_dict(&layer.weights, &device).unwrap();
         let output = mha.forward(TorchMhaInput::new(tensor("query"), tensor("key"), tensor("value")).need_weights(false)).unwrap().output;
         let want = probe.tensors.get(&format!("{probe_name}.output")).unwrap();
         let got = output.into_data().try_to_vec::<f32>().unwrap();
         let error = got.iter().zip(&want.data).map(|(g, w)| (g - w).abs()).fold(0.0, f32::max);
         assert!(error <= 1e-5, "{file}: max |ours - torch| = {error:e}");
     }
+    // The projected model (the seed's port) inside a larger module, read as that whole model.
+    let layers = read_torch_file(&model_files().join("torch_projected.pt"), 6).unwrap();
+    let [layer] = layers.as_slice() else { panic!("torch_projected.pt: {} layers", layers.len()) };
+    let model::torch_file::TorchFileModel::Projected(config) = &layer.model else { panic!("torch_projected.pt: not read as the projected model") };
+    assert_eq!((layer.prefix.as_str(), config.in_features, config.embed_dim, config.output_dim), ("port.", 4, 24, Some(4)));
+    let model = config.init_with_state_dict(&layer.weights, &device).unwrap();
+    let x = probe.tensors.get("port.x").unwrap().to_tensor::<3>("x", &device).unwrap();
+    let got = model.forward(model::projected::ProjectedInput::new(x)).unwrap().output.into_data().try_to_vec::<f32>().unwrap();
+    let error = got.iter().zip(&probe.tensors.get("port.output").unwrap().data).map(|(g, w)| (g - w).abs()).fold(0.0, f32::max);
+    assert!(error <= 1e-5, "torch_projected.pt: max |ours - torch| = {error:e}");
     let error = read_torch_file(&model_files().join("torch_packed.pt"), 3).unwrap_err().to_string();
     assert!(error.contains("torch_packed.pt") && error.contains("num_heads = 3"), "{error}");
 }

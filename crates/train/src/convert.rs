@@ -28,9 +28,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use burn::module::Module;
 use burn::tensor::{Device, Distribution, Tensor};
-use model::convert::{keras_to_projected, keras_to_torch, torch_to_keras};
+use model::convert::{keras_to_projected, keras_to_torch};
 use model::keras_file::{KerasFileLayer, read_keras_file, write_keras_archive, write_weights_h5};
-use model::torch_file::{TorchFileLayer, read_torch_file};
+use model::torch_file::{TorchFileLayer, TorchFileModel, read_torch_file};
 use model::projected::ProjectedInput;
 use model::torch_mha::{AttnWeights, TorchMhaInput};
 use model::{HostTensor, KerasMha, KerasMhaInput, TensorFile};
@@ -136,8 +136,10 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
         HostTensor::from_tensor(Tensor::<3>::random([PROBE_BATCH, len, width], Distribution::Normal(0.0, 1.0), &device))
     };
     let query = probe(PROBE_QUERY_LEN, dims.query_dim);
+    let projected_source = torch_source.as_ref().is_some_and(|t| matches!(t.model, TorchFileModel::Projected(_)));
     let (value, key) = match target {
         // The projected model is self-attention on one input.
+        _ if projected_source => (query.clone(), query.clone()),
         Target::Projected => (query.clone(), query.clone()),
         _ => (probe(PROBE_SOURCE_LEN, dims.value_input_dim), probe(PROBE_SOURCE_LEN, dims.key_input_dim)),
     };
@@ -149,13 +151,19 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
         Ok((HostTensor::from_tensor(output.output), output.attention_scores.map(|s| HostTensor::from_tensor(s.mean_dim(1).squeeze_dim::<3>(1)))))
     };
     // The source's own output: the torch layer itself for a PyTorch file.
-    let expected = match torch_source {
-        Some(torch_layer) => {
-            let layer = torch_layer.config.init_with_state_dict(&torch_layer.weights, &device)?;
-            let call = TorchMhaInput::new(query.to_tensor("query", &device)?, key.to_tensor("key", &device)?, value.to_tensor("value", &device)?);
-            HostTensor::from_tensor(layer.forward(call.need_weights(false))?.output)
-        }
-        None => run_source(false)?.0,
+    let (expected, source_parameters) = match torch_source {
+        Some(torch_layer) => match &torch_layer.model {
+            TorchFileModel::Attention(config) => {
+                let layer = config.init_with_state_dict(&torch_layer.weights, &device)?;
+                let call = TorchMhaInput::new(query.to_tensor("query", &device)?, key.to_tensor("key", &device)?, value.to_tensor("value", &device)?);
+                (HostTensor::from_tensor(layer.forward(call.need_weights(false))?.output), Module::num_params(&layer))
+            }
+            TorchFileModel::Projected(config) => {
+                let model = config.init_with_state_dict(&torch_layer.weights, &device)?;
+                (HostTensor::from_tensor(model.forward(ProjectedInput::new(query.to_tensor("x", &device)?))?.output), Module::num_params(&model))
+            }
+        },
+        None => (run_source(false)?.0, source.num_params()),
     };
     let case = format!("convert_{}", chosen.name);
     let description = format!("layer {} of {}, converted to {target:?}", chosen.name, input.display());
@@ -247,7 +255,7 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
         path: chosen.path.clone(),
         config: arguments(chosen),
         target,
-        source_parameters: source.num_params(),
+        source_parameters,
         target_parameters,
         max_abs_difference,
         written,
@@ -260,9 +268,10 @@ fn read_layers(input: &Path, num_heads: Option<usize>) -> Result<Vec<SourceLayer
         let num_heads = num_heads.with_context(|| format!("{}: a PyTorch state dict does not store the head count; pass --num-heads", input.display()))?;
         let mut layers = Vec::new();
         for torch in read_torch_file(input, num_heads)? {
-            let keras = torch_to_keras(&torch.config, &torch.weights).with_context(|| format!("nn.MultiheadAttention {:?} of {}", torch.prefix, input.display()))?;
+            let keras = torch.to_keras().with_context(|| format!("the attention layer {:?} of {}", torch.prefix, input.display()))?;
             let name = torch.prefix.trim_end_matches('.').to_string();
-            let keras = KerasFileLayer { name: if name.is_empty() { "mha".into() } else { name }, path: torch.prefix.clone(), config: keras.config, weights: keras.weights };
+            let fallback = if matches!(torch.model, TorchFileModel::Projected(_)) { "projected" } else { "mha" };
+            let keras = KerasFileLayer { name: if name.is_empty() { fallback.into() } else { name }, path: torch.prefix.clone(), config: keras.config, weights: keras.weights };
             layers.push(SourceLayer { keras, torch: Some(torch) });
         }
         layers

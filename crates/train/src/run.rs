@@ -326,7 +326,10 @@ fn init_weights(path: &Path, spec: &ModelSpec) -> Result<WeightMap> {
             let [layer] = <[_; 1]>::try_from(layers).map_err(|layers: Vec<model::torch_file::TorchFileLayer>| {
                 anyhow::anyhow!("{} holds {} nn.MultiheadAttention layers; extract one with `cargo xtask convert --layer PREFIX`", path.display(), layers.len())
             })?;
-            let converted = model::convert::torch_to_keras(&layer.config, &layer.weights)?;
+            if wants_projected && matches!(layer.model, model::torch_file::TorchFileModel::Projected(_)) {
+                return Ok(layer.weights); // already the projected model's state dict
+            }
+            let converted = layer.to_keras()?;
             (converted.config, converted.weights)
         }
         _ => return Ok(model::fixture::model_weights(&TensorFile::read(path)?.tensors)),
