@@ -80,6 +80,11 @@ class Keras:
     use_causal_mask: bool = False
     valid_lengths: Optional[tuple] = None
     fully_masked: Optional[tuple] = None
+    # The implicit masks, as lengths per batch element: the query tensor's Keras mask [B, T] (as
+    # Embedding(mask_zero=True) or Masking attach it), value_mask [B, S] and key_mask [B, S].
+    query_mask_lengths: Optional[tuple] = None
+    value_mask_lengths: Optional[tuple] = None
+    key_mask_lengths: Optional[tuple] = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +151,9 @@ CASES = {
     "keras_padding_mask": Keras("attention_mask [B,T,S] built from key padding (valid lengths 10,7,3)", num_heads=2, key_dim=4, batch=3, query_len=10, source_len=10, value_input_dim=8, valid_lengths=(10, 7, 3)),
     "keras_value_dim_ne_key_dim": Keras("value_dim=6 != key_dim=3", num_heads=2, key_dim=3, query_len=8, source_len=9, value_input_dim=5, value_dim=6),
     "keras_cross_v2_o9_nobias_padding": Keras("EXTRA: h=3, k=5, value_dim=2, output_shape=9, use_bias=False, cross-attention Dq=7, Dk=4, Dv=6, T=11, S=13, key padding (13, 5, 1)", num_heads=3, key_dim=5, value_dim=2, output_shape=9, use_bias=False, batch=3, query_len=11, query_dim=7, source_len=13, value_input_dim=6, key_input_dim=4, valid_lengths=(13, 5, 1)),
+    "keras_value_mask": Keras("EXTRA: value_mask [B, S] from lengths (10, 6, 2), cross-attention T=7, S=10", num_heads=2, key_dim=4, batch=3, query_len=7, source_len=10, value_input_dim=6, value_mask_lengths=(10, 6, 2)),
+    "keras_query_value_key_masks_causal": Keras("EXTRA: the query tensor's Keras mask (lengths 9, 4; masked query rows attend nothing, so the default call makes them uniform), value_mask (9, 7), key_mask (8, 9) with a distinct key, and use_causal_mask, all ANDed", num_heads=3, key_dim=2, value_dim=3, query_len=9, source_len=9, value_input_dim=5, key_input_dim=6, use_causal_mask=True, query_mask_lengths=(9, 4), value_mask_lengths=(9, 7), key_mask_lengths=(8, 9)),
+    "keras_query_mask_attention_mask": Keras("EXTRA: the query tensor's Keras mask (lengths 6, 3) ANDed with a random attention_mask, self-attention", num_heads=2, key_dim=3, query_len=6, self_attention=True, query_mask_lengths=(6, 3), fully_masked=()),
     "keras_causal_t5_s9_padding": Keras("EXTRA: use_causal_mask with T=5 < S=9 (top-left aligned) ANDed with key padding (9, 4)", num_heads=2, key_dim=3, query_len=5, source_len=9, value_input_dim=8, use_causal_mask=True, valid_lengths=(9, 4)),
     "keras_causal_fully_masked": Keras("EXTRA: causal mask ANDed with a random mask that leaves query row (1, 3) and batch element 2 with no key", num_heads=4, key_dim=2, batch=3, query_len=6, source_len=6, value_input_dim=8, use_causal_mask=True, fully_masked=((1, 3), (2, None))),
     # torch.nn.MultiheadAttention
@@ -316,14 +324,25 @@ def make_keras_mha(weights, dtype, num_heads, key_dim, value_dim=None, output_sh
 def run_keras(weights, inputs, dtype, use_causal_mask=False, **layer_args):
     """Keras MHA forward: the default call and the ``return_attention_scores=True`` call, as float64 numpy."""
     layer = make_keras_mha(weights, dtype, **layer_args)
-    t = {k: tf.constant(v, dtype=dtype) for k, v in inputs.items() if k != "inputs.attention_mask"}
+    masks = ("inputs.attention_mask", "inputs.query_mask", "inputs.value_mask", "inputs.key_mask")
+    t = {k: tf.constant(v, dtype=dtype) for k, v in inputs.items() if k not in masks}
     kwargs = {"use_causal_mask": use_causal_mask}
     if "inputs.key" in t:
         kwargs["key"] = t["inputs.key"]
-    if "inputs.attention_mask" in inputs:
-        kwargs["attention_mask"] = tf.constant(inputs["inputs.attention_mask"].astype(bool))
-    out = layer(t["inputs.query"], t["inputs.value"], **kwargs)
-    out_s, scores = layer(t["inputs.query"], t["inputs.value"], return_attention_scores=True, **kwargs)
+    for name in ("attention_mask", "value_mask", "key_mask"):
+        if f"inputs.{name}" in inputs:
+            kwargs[name] = tf.constant(inputs[f"inputs.{name}"].astype(bool))
+
+    def query():
+        # Keras 3.15 reads the query's mask off the tensor (an explicit `query_mask=` argument is
+        # ignored): attach it as Embedding(mask_zero=True) or Masking would.
+        q = tf.identity(t["inputs.query"])
+        if "inputs.query_mask" in inputs:
+            keras.src.backend.set_keras_mask(q, tf.constant(inputs["inputs.query_mask"].astype(bool)))
+        return q
+
+    out = layer(query(), t["inputs.value"], **kwargs)
+    out_s, scores = layer(query(), t["inputs.value"], return_attention_scores=True, **kwargs)
     return {"outputs.output": np.asarray(out, np.float64),
             "outputs.attention_scores": np.asarray(scores, np.float64),
             "outputs.output_with_scores": np.asarray(out_s, np.float64)}
@@ -403,9 +422,22 @@ def keras_case(case, c):
             keep[b, slice(None) if row is None else row, :] = False
         inputs["inputs.attention_mask"] = keep.astype(np.uint8)
 
+    lengths_mask = lambda lengths, n: (np.arange(n)[None, :] < np.asarray(lengths)[:, None]).astype(np.uint8)
+    if c.query_mask_lengths is not None:
+        inputs["inputs.query_mask"] = lengths_mask(c.query_mask_lengths, c.query_len)
+    if c.value_mask_lengths is not None:
+        inputs["inputs.value_mask"] = lengths_mask(c.value_mask_lengths, t)
+    if c.key_mask_lengths is not None:
+        inputs["inputs.key_mask"] = lengths_mask(c.key_mask_lengths, t)
+
     allowed = np.ones((c.batch, c.query_len, t), bool)
     if "inputs.attention_mask" in inputs:
         allowed &= inputs["inputs.attention_mask"].astype(bool)
+    if "inputs.query_mask" in inputs:
+        allowed &= inputs["inputs.query_mask"].astype(bool)[:, :, None]
+    for name in ("inputs.value_mask", "inputs.key_mask"):
+        if name in inputs:
+            allowed &= inputs[name].astype(bool)[:, None, :]
     if c.use_causal_mask:
         allowed &= np.tril(np.ones((c.query_len, t), bool))
 
@@ -419,6 +451,8 @@ def keras_case(case, c):
         "use_bias": c.use_bias, "output_shape": c.output_shape, "use_causal_mask": c.use_causal_mask,
         "attention_axes": None, "dropout": 0.0, "self_attention": c.self_attention,
         "has_key": "inputs.key" in inputs, "has_attention_mask": "inputs.attention_mask" in inputs,
+        "has_query_mask": "inputs.query_mask" in inputs, "has_value_mask": "inputs.value_mask" in inputs,
+        "has_key_mask": "inputs.key_mask" in inputs,
         "fully_masked_rows": bool((~allowed.any(-1)).any()),
         "batch": c.batch, "query_len": c.query_len, "source_len": t, "query_dim": c.query_dim,
         "key_input_dim": dk, "value_input_dim": dv, "output_dim": output_dim,

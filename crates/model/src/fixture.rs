@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 
-use burn::tensor::Device;
+use burn::tensor::{Bool, Device, Tensor};
 use serde_json::Value;
 
 use crate::convert::{self, Converted};
@@ -258,6 +258,16 @@ fn run_keras(fixture: &Fixture, config: &KerasMhaConfig, weights: &WeightMap, de
         if fixture.tensors.contains("inputs.attention_mask") {
             input = input.attention_mask(fixture.tensor("inputs.attention_mask")?.to_bool_tensor("inputs.attention_mask", device)?);
         }
+        // The implicit masks: the query tensor's Keras mask, `value_mask`, `key_mask`.
+        let implicit = |name: &str| -> Result<Option<Tensor<2, Bool>>> {
+            match fixture.tensors.contains(name) {
+                true => Ok(Some(fixture.tensor(name)?.to_bool_tensor(name, device)?)),
+                false => Ok(None),
+            }
+        };
+        input.query_mask = implicit("inputs.query_mask")?;
+        input.value_mask = implicit("inputs.value_mask")?;
+        input.key_mask = implicit("inputs.key_mask")?;
         Ok(input)
     };
     let mut outputs = vec![("output".to_string(), HostTensor::from_tensor(layer.forward(call()?)?.output))];

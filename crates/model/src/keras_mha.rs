@@ -15,6 +15,9 @@
 //!
 //! Masks use Keras' polarity: `true` = the query may attend the key. `use_causal_mask` allows
 //! key `s` for query `t` iff `s <= t` (top-left aligned) and is ANDed with `attention_mask`.
+//! The implicit masks (`Embedding(mask_zero=True)`, `Masking`) are ANDed in as Keras'
+//! `_compute_attention_mask` does: the query's `[B, T]` as `[B, T, 1]`, `value_mask` and
+//! `key_mask` `[B, S]` as `[B, 1, S]`; a masked query row then has no allowed key.
 //!
 //! A query row with no allowed key follows Keras exactly, and Keras has two behaviours:
 //! the default call attends uniformly to all keys ([`FullyMaskedRows::Uniform`]); a call that
@@ -250,6 +253,13 @@ pub struct KerasMhaInput {
     pub key: Option<Tensor<3>>,
     /// `[B, T, S]`, true = query `t` may attend key `s`.
     pub attention_mask: Option<Tensor<3, Bool>>,
+    /// `[B, T]`: the Keras mask the query tensor carries (`Embedding(mask_zero=True)`,
+    /// `Masking`). Keras 3.15 reads it off the tensor and ignores an explicit `query_mask=`.
+    pub query_mask: Option<Tensor<2, Bool>>,
+    /// `[B, S]`: Keras' `value_mask`.
+    pub value_mask: Option<Tensor<2, Bool>>,
+    /// `[B, S]`: Keras' `key_mask` (applied even when the key is the value, as Keras does).
+    pub key_mask: Option<Tensor<2, Bool>>,
     pub use_causal_mask: bool,
     /// Applies dropout to the attention probabilities.
     pub training: bool,
@@ -265,6 +275,9 @@ impl KerasMhaInput {
             value,
             key: None,
             attention_mask: None,
+            query_mask: None,
+            value_mask: None,
+            key_mask: None,
             use_causal_mask: false,
             training: false,
             return_attention_scores: false,
@@ -279,6 +292,53 @@ impl KerasMhaInput {
     pub fn attention_mask(mut self, mask: Tensor<3, Bool>) -> Self {
         self.attention_mask = Some(mask);
         self
+    }
+
+    pub fn query_mask(mut self, mask: Tensor<2, Bool>) -> Self {
+        self.query_mask = Some(mask);
+        self
+    }
+
+    pub fn value_mask(mut self, mask: Tensor<2, Bool>) -> Self {
+        self.value_mask = Some(mask);
+        self
+    }
+
+    pub fn key_mask(mut self, mask: Tensor<2, Bool>) -> Self {
+        self.key_mask = Some(mask);
+        self
+    }
+
+    /// The implicit masks folded into `attention_mask [B, T, S]`, as Keras'
+    /// `_compute_attention_mask` combines them (a logical AND of every mask given).
+    fn with_implicit_masks(mut self) -> Result<Self> {
+        if self.query_mask.is_none() && self.value_mask.is_none() && self.key_mask.is_none() {
+            return Ok(self);
+        }
+        let [batch, query_len, _] = self.query.dims();
+        let source_len = self.value.dims()[1];
+        let shape = [batch, query_len, source_len];
+        let check = |name: &'static str, mask: &Tensor<2, Bool>, expected: [usize; 2]| {
+            if mask.dims() == expected {
+                Ok(())
+            } else {
+                Err(ModelError::InputShape { input: name, expected: format!("{expected:?}"), found: mask.dims().to_vec() })
+            }
+        };
+        let mut parts = Vec::new();
+        if let Some(mask) = self.query_mask.take() {
+            check("query_mask", &mask, [batch, query_len])?;
+            parts.push(mask.unsqueeze_dim::<3>(2).expand(shape)); // [B, T, S]
+        }
+        for (name, mask) in [("value_mask", self.value_mask.take()), ("key_mask", self.key_mask.take())] {
+            if let Some(mask) = mask {
+                check(name, &mask, [batch, source_len])?;
+                parts.push(mask.unsqueeze_dim::<3>(1).expand(shape)); // [B, T, S]
+            }
+        }
+        parts.extend(self.attention_mask.take());
+        self.attention_mask = parts.into_iter().reduce(|a, b| a.bool_and(b));
+        Ok(self)
     }
 
     pub fn use_causal_mask(mut self, causal: bool) -> Self {
@@ -322,6 +382,7 @@ impl KerasMha {
     /// no attention mask no row is fully masked, so its zeroed rows never show); everything else
     /// the decomposed path of [`KerasMha::forward_exact`].
     pub fn forward(&self, input: KerasMhaInput) -> Result<KerasMhaOutput> {
+        let input = input.with_implicit_masks()?;
         let dropout_active = input.training && self.dropout > 0.0;
         let call = CallTraits {
             autodiff: input.query.is_autodiff(),
@@ -339,6 +400,7 @@ impl KerasMha {
     }
 
     fn forward_path(&self, input: KerasMhaInput, path: AttentionPath) -> Result<KerasMhaOutput> {
+        let input = input.with_implicit_masks()?;
         let (batch, query_len, source_len) = self.check_shapes(&input)?;
         let (h, k) = (self.num_heads, self.key_dim);
         let key_input = input.key.unwrap_or_else(|| input.value.clone());
