@@ -82,6 +82,7 @@ class Keras:
     fully_masked: Optional[tuple] = None
     # The implicit masks, as lengths per batch element: the query tensor's Keras mask [B, T] (as
     # Embedding(mask_zero=True) or Masking attach it), value_mask [B, S] and key_mask [B, S].
+    sliding_window: Optional[int] = None
     query_mask_lengths: Optional[tuple] = None
     value_mask_lengths: Optional[tuple] = None
     key_mask_lengths: Optional[tuple] = None
@@ -154,6 +155,8 @@ CASES = {
     "keras_value_mask": Keras("EXTRA: value_mask [B, S] from lengths (10, 6, 2), cross-attention T=7, S=10", num_heads=2, key_dim=4, batch=3, query_len=7, source_len=10, value_input_dim=6, value_mask_lengths=(10, 6, 2)),
     "keras_query_value_key_masks_causal": Keras("EXTRA: the query tensor's Keras mask (lengths 9, 4; masked query rows attend nothing, so the default call makes them uniform), value_mask (9, 7), key_mask (8, 9) with a distinct key, and use_causal_mask, all ANDed", num_heads=3, key_dim=2, value_dim=3, query_len=9, source_len=9, value_input_dim=5, key_input_dim=6, use_causal_mask=True, query_mask_lengths=(9, 4), value_mask_lengths=(9, 7), key_mask_lengths=(8, 9)),
     "keras_query_mask_attention_mask": Keras("EXTRA: the query tensor's Keras mask (lengths 6, 3) ANDed with a random attention_mask, self-attention", num_heads=2, key_dim=3, query_len=6, self_attention=True, query_mask_lengths=(6, 3), fully_masked=()),
+    "keras_sliding_window": Keras("EXTRA: sliding_window=3 (|t - s| < 3), self-attention T=10", num_heads=2, key_dim=4, query_len=10, self_attention=True, sliding_window=3),
+    "keras_sliding_window_causal_padding": Keras("EXTRA: sliding_window=4 ANDed with use_causal_mask and key padding (11, 6), cross-attention T=8 < S=11", num_heads=3, key_dim=2, query_len=8, source_len=11, value_input_dim=5, use_causal_mask=True, sliding_window=4, valid_lengths=(11, 6)),
     "keras_causal_t5_s9_padding": Keras("EXTRA: use_causal_mask with T=5 < S=9 (top-left aligned) ANDed with key padding (9, 4)", num_heads=2, key_dim=3, query_len=5, source_len=9, value_input_dim=8, use_causal_mask=True, valid_lengths=(9, 4)),
     "keras_causal_fully_masked": Keras("EXTRA: causal mask ANDed with a random mask that leaves query row (1, 3) and batch element 2 with no key", num_heads=4, key_dim=2, batch=3, query_len=6, source_len=6, value_input_dim=8, use_causal_mask=True, fully_masked=((1, 3), (2, None))),
     # torch.nn.MultiheadAttention
@@ -307,10 +310,12 @@ def keras_variables(layer):
     return out
 
 
-def make_keras_mha(weights, dtype, num_heads, key_dim, value_dim=None, output_shape=None, use_bias=True):
+def make_keras_mha(weights, dtype, num_heads, key_dim, value_dim=None, output_shape=None, use_bias=True,
+                   sliding_window=None):
     """A built Keras MHA in ``dtype`` holding ``weights`` (float32 arrays, cast up exactly)."""
     layer = keras.layers.MultiHeadAttention(num_heads=num_heads, key_dim=key_dim, value_dim=value_dim,
-                                            output_shape=output_shape, use_bias=use_bias, dtype=dtype)
+                                            output_shape=output_shape, use_bias=use_bias, dtype=dtype,
+                                            sliding_window=sliding_window)
     dq, dk, dv = (weights[f"{k}.kernel"].shape[0] for k in ("query", "key", "value"))
     layer.build((None, None, dq), (None, None, dv), (None, None, dk))
     variables = keras_variables(layer)
@@ -440,9 +445,11 @@ def keras_case(case, c):
             allowed &= inputs[name].astype(bool)[:, None, :]
     if c.use_causal_mask:
         allowed &= np.tril(np.ones((c.query_len, t), bool))
+    if c.sliding_window is not None:
+        allowed &= np.abs(np.arange(c.query_len)[:, None] - np.arange(t)[None, :]) < c.sliding_window
 
     layer_args = dict(num_heads=c.num_heads, key_dim=c.key_dim, value_dim=c.value_dim, output_shape=c.output_shape,
-                      use_bias=c.use_bias, use_causal_mask=c.use_causal_mask)
+                      use_bias=c.use_bias, use_causal_mask=c.use_causal_mask, sliding_window=c.sliding_window)
     ref, drift = reference_and_drift(lambda dtype: run_keras(weights, inputs, dtype, **layer_args))
     config = {
         "framework": "keras", "framework_version": keras.__version__, "backend": "tensorflow",
@@ -451,6 +458,7 @@ def keras_case(case, c):
         "use_bias": c.use_bias, "output_shape": c.output_shape, "use_causal_mask": c.use_causal_mask,
         "attention_axes": None, "dropout": 0.0, "self_attention": c.self_attention,
         "has_key": "inputs.key" in inputs, "has_attention_mask": "inputs.attention_mask" in inputs,
+        "sliding_window": c.sliding_window,
         "has_query_mask": "inputs.query_mask" in inputs, "has_value_mask": "inputs.value_mask" in inputs,
         "has_key_mask": "inputs.key_mask" in inputs,
         "fully_masked_rows": bool((~allowed.any(-1)).any()),

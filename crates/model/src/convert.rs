@@ -29,6 +29,9 @@ pub struct Converted<C> {
 pub fn keras_to_torch(config: &KerasMhaConfig, keras: &WeightMap) -> Result<Converted<TorchMhaConfig>> {
     let d = config.dims()?;
     let fail = |reason: String| Err(ModelError::Conversion { direction: "keras -> torch", reason });
+    if let Some(window) = config.sliding_window {
+        return fail(format!("sliding_window = {window} is part of the Keras layer; torch's layer holds no mask (pass the band as attn_mask at each call)"));
+    }
     let e = d.num_heads * d.key_dim;
     if d.query_dim != e {
         return fail(format!("torch's query width is embed_dim = num_heads * key_dim = {e}, but the Keras query width is {} (use the projected model)", d.query_dim));
@@ -121,6 +124,9 @@ pub fn torch_to_keras(config: &TorchMhaConfig, torch: &WeightMap) -> Result<Conv
 pub fn keras_to_projected(config: &KerasMhaConfig, keras: &WeightMap) -> Result<Converted<ProjectedConfig>> {
     let d = config.dims()?;
     let fail = |reason: String| Err(ModelError::Conversion { direction: "keras -> projected", reason });
+    if let Some(window) = config.sliding_window {
+        return fail(format!("sliding_window = {window} is part of the Keras layer; torch's layer holds no mask (pass the band as attn_mask at each call)"));
+    }
     if d.key_input_dim != d.query_dim || d.value_input_dim != d.query_dim {
         return fail(format!(
             "the projected model is self-attention on one input, but the Keras query/key/value widths are {}/{}/{}",

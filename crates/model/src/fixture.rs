@@ -238,7 +238,8 @@ pub fn run(fixture: &Fixture, backend: &str, device: &Device) -> Result<Vec<Chec
 fn keras_config(fixture: &Fixture) -> Result<KerasMhaConfig> {
     let config = KerasMhaConfig::from_weights(&fixture.weights()).map_err(|e| fixture.error(e))?;
     let dropout = fixture.config.get("dropout").and_then(Value::as_f64).unwrap_or(0.0);
-    Ok(config.with_dropout(dropout))
+    let sliding_window = fixture.config.get("sliding_window").and_then(Value::as_u64).map(|w| w as usize);
+    Ok(config.with_dropout(dropout).with_sliding_window(sliding_window))
 }
 
 /// Runs the Keras default call and, when the fixture has scores, the `return_attention_scores`

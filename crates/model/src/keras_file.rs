@@ -306,7 +306,7 @@ fn functional_config(name: &str, config: &KerasMhaConfig) -> Result<Value> {
             "name": "attention", "trainable": true,
             "dtype": { "module": "keras", "class_name": "DTypePolicy", "config": { "name": "float32" }, "registered_name": null },
             "num_heads": d.num_heads, "key_dim": d.key_dim, "value_dim": d.value_dim, "dropout": config.dropout,
-            "use_bias": config.use_bias, "use_gate": false, "output_shape": output_shape, "attention_axes": [1], "sliding_window": null,
+            "use_bias": config.use_bias, "use_gate": false, "output_shape": output_shape, "attention_axes": [1], "sliding_window": config.sliding_window,
             "kernel_initializer": { "module": "keras.initializers", "class_name": "GlorotUniform", "config": { "seed": null, "input_axes": null, "output_axes": null }, "registered_name": null },
             "bias_initializer": { "module": "keras.initializers", "class_name": "Zeros", "config": {}, "registered_name": null },
             "kernel_regularizer": null, "bias_regularizer": null, "activity_regularizer": null, "kernel_constraint": null, "bias_constraint": null, "seed": null,

@@ -71,7 +71,8 @@ pub struct KerasMhaConfig {
     /// Keras' `use_gate`; not supported yet.
     #[config(default = false)]
     pub use_gate: bool,
-    /// Sliding-window attention; not supported yet.
+    /// Keras' `sliding_window`: query `t` may attend key `s` only if `|t - s| < window` (a
+    /// symmetric band, ANDed with every other mask).
     pub sliding_window: Option<usize>,
 }
 
@@ -120,8 +121,8 @@ impl KerasMhaConfig {
         if self.use_gate {
             return Err(ModelError::config("use_gate", true, "gated attention is not supported yet"));
         }
-        if let Some(window) = self.sliding_window {
-            return Err(ModelError::config("sliding_window", window, "sliding-window attention is not supported yet"));
+        if self.sliding_window == Some(0) {
+            return Err(ModelError::config("sliding_window", 0, "must be a positive integer (Keras' rule)"));
         }
         let value_input_dim = self.value_input_dim.unwrap_or(self.query_dim);
         Ok(KerasMhaDims {
@@ -162,7 +163,7 @@ impl KerasMhaConfig {
             let (rows, cols) = dense.matrix_shape(kernel_shape);
             keras_glorot_linear(&kernel_shape, rows, cols, self.use_bias, device)
         });
-        Ok(KerasMha::from_layers(layers.collect(), d, self.dropout))
+        Ok(KerasMha::from_layers(layers.collect(), d, self.dropout, self.sliding_window))
     }
 
     /// A layer holding the given weights, in Keras' names and shapes (see [`KerasMha::keras_weights`]).
@@ -184,7 +185,7 @@ impl KerasMhaConfig {
         }
         let known: Vec<&str> = KERAS_DENSE.iter().flat_map(|d| [d.kernel, d.bias]).collect();
         weights.reject_unknown(&known)?;
-        Ok(KerasMha::from_layers(layers, d, self.dropout))
+        Ok(KerasMha::from_layers(layers, d, self.dropout, self.sliding_window))
     }
 }
 
@@ -240,6 +241,8 @@ pub struct KerasMha {
     pub key_dim: usize,
     pub value_dim: usize,
     pub dropout: f64,
+    /// Keras' `sliding_window` (see [`KerasMhaConfig::sliding_window`]).
+    pub sliding_window: Option<usize>,
 }
 
 /// The arguments of one call, named as Keras names them.
@@ -312,12 +315,18 @@ impl KerasMhaInput {
     /// The implicit masks folded into `attention_mask [B, T, S]`, as Keras'
     /// `_compute_attention_mask` combines them (a logical AND of every mask given).
     fn with_implicit_masks(mut self) -> Result<Self> {
-        if self.query_mask.is_none() && self.value_mask.is_none() && self.key_mask.is_none() {
-            return Ok(self);
-        }
         let [batch, query_len, _] = self.query.dims();
         let source_len = self.value.dims()[1];
         let shape = [batch, query_len, source_len];
+        // Checked here, before any mask is combined with it.
+        if let Some(mask) = &self.attention_mask
+            && mask.dims() != shape
+        {
+            return Err(ModelError::InputShape { input: "attention_mask", expected: format!("{shape:?}"), found: mask.dims().to_vec() });
+        }
+        if self.query_mask.is_none() && self.value_mask.is_none() && self.key_mask.is_none() {
+            return Ok(self);
+        }
         let check = |name: &'static str, mask: &Tensor<2, Bool>, expected: [usize; 2]| {
             if mask.dims() == expected {
                 Ok(())
@@ -368,9 +377,28 @@ pub struct KerasMhaOutput {
 
 impl KerasMha {
     /// Assembles the layer from its query, key, value and output Linears, in that order.
-    fn from_layers(layers: Vec<Linear>, dims: KerasMhaDims, dropout: f64) -> Self {
+    fn from_layers(layers: Vec<Linear>, dims: KerasMhaDims, dropout: f64, sliding_window: Option<usize>) -> Self {
         let [query, key, value, output] = <[Linear; 4]>::try_from(layers).expect("exactly four dense layers");
-        Self { query, key, value, output, num_heads: dims.num_heads, key_dim: dims.key_dim, value_dim: dims.value_dim, dropout }
+        Self { query, key, value, output, num_heads: dims.num_heads, key_dim: dims.key_dim, value_dim: dims.value_dim, dropout, sliding_window }
+    }
+
+    /// The call's masks folded into one `attention_mask [B, T, S]`: the implicit masks and the
+    /// sliding window, ANDed as Keras' `_compute_attention_mask` does (the causal rule stays a
+    /// flag: every path computes it without a tensor).
+    fn fold_masks(&self, input: KerasMhaInput) -> Result<KerasMhaInput> {
+        let mut input = input.with_implicit_masks()?;
+        if let Some(window) = self.sliding_window {
+            let [batch, query_len, _] = input.query.dims();
+            let source_len = input.value.dims()[1];
+            let band: Vec<bool> = (0..query_len).flat_map(|t| (0..source_len).map(move |s| t.abs_diff(s) < window)).collect();
+            let band = Tensor::<2, Bool>::from_data(burn::tensor::TensorData::new(band, [query_len, source_len]), &input.query.device());
+            let band = band.unsqueeze_dim::<3>(0).expand([batch, query_len, source_len]); // [B, T, S]
+            input.attention_mask = Some(match input.attention_mask.take() {
+                Some(mask) => mask.bool_and(band),
+                None => band,
+            });
+        }
+        Ok(input)
     }
 
     /// The call `layer(query, value, key, attention_mask, use_causal_mask, training,
@@ -382,7 +410,7 @@ impl KerasMha {
     /// no attention mask no row is fully masked, so its zeroed rows never show); everything else
     /// the decomposed path of [`KerasMha::forward_exact`].
     pub fn forward(&self, input: KerasMhaInput) -> Result<KerasMhaOutput> {
-        let input = input.with_implicit_masks()?;
+        let input = self.fold_masks(input)?;
         let dropout_active = input.training && self.dropout > 0.0;
         let call = CallTraits {
             autodiff: input.query.is_autodiff(),
@@ -396,11 +424,11 @@ impl KerasMha {
 
     /// The decomposed reference path (explicit logits, masked softmax, two products), for any call.
     pub fn forward_exact(&self, input: KerasMhaInput) -> Result<KerasMhaOutput> {
-        self.forward_path(input, AttentionPath::Exact)
+        self.forward_path(self.fold_masks(input)?, AttentionPath::Exact)
     }
 
+    /// `input`'s masks must be folded ([`KerasMha::fold_masks`]).
     fn forward_path(&self, input: KerasMhaInput, path: AttentionPath) -> Result<KerasMhaOutput> {
-        let input = input.with_implicit_masks()?;
         let (batch, query_len, source_len) = self.check_shapes(&input)?;
         let (h, k) = (self.num_heads, self.key_dim);
         let key_input = input.key.unwrap_or_else(|| input.value.clone());
@@ -510,6 +538,7 @@ impl KerasMha {
             .with_output_shape(Some(d.output_dim))
             .with_dropout(self.dropout)
             .with_use_bias(self.query.bias.is_some())
+            .with_sliding_window(self.sliding_window)
     }
 
     /// Number of trainable scalars (Keras' `count_params()`).

@@ -178,7 +178,8 @@ fn bad_configs_are_errors_naming_the_field() {
     assert!(err(KerasMhaConfig::new(6, 4, 4).with_use_gate(true)).contains("use_gate"));
     assert!(err(KerasMhaConfig::new(6, 4, 4).with_attention_axes(Some(vec![1, 2]))).contains("attention_axes"));
     assert!(err(KerasMhaConfig::new(6, 4, 4).with_dropout(1.0)).contains("dropout"));
-    assert!(err(KerasMhaConfig::new(6, 4, 4).with_sliding_window(Some(8))).contains("sliding_window"));
+    assert!(err(KerasMhaConfig::new(6, 4, 4).with_sliding_window(Some(0))).contains("sliding_window = 0"));
+    assert!(KerasMhaConfig::new(6, 4, 4).with_sliding_window(Some(8)).init(&device()).is_ok());
     assert!(KerasMhaConfig::new(6, 4, 4).with_attention_axes(Some(vec![1])).init(&device()).is_ok());
     let torch = model::TorchMhaConfig::new(4, 6).init(&device()).unwrap_err().to_string();
     assert!(torch.contains("num_heads = 6") && torch.contains("embed_dim = 4"), "{torch}");
