@@ -10,6 +10,7 @@ Writes, next to this script:
   `MultiHeadAttention` layers among other layers: `attn_values` (value_dim != key_dim,
   output_shape set) and `attn_nobias` (use_bias=False, distinct key input);
 * `nested.keras`: a model holding a sub-model that holds an attention layer;
+* `gated.keras`: an attention layer with `use_gate=True` and `sliding_window=3`;
 * `torch_packed.pt`: the state dict of a module holding `nn.MultiheadAttention(8, 2)` (packed
   `in_proj_weight`) under `attn.`, among a LayerNorm and a Linear;
 * `torch_kdim.pt`: a bare `nn.MultiheadAttention(8, 2, kdim=5, vdim=6, bias=False)` state dict
@@ -79,6 +80,12 @@ class TransformerBlock(layers.Layer):
 
 def sequential_custom():
     return keras.Sequential([keras.Input((SEQ, FEATURES)), layers.Dense(FEATURES), TransformerBlock(name="block")], name="sequential_custom")
+
+
+def gated():
+    inputs = keras.Input((SEQ, FEATURES))
+    outputs = layers.MultiHeadAttention(num_heads=2, key_dim=4, use_gate=True, sliding_window=3, name="gated")(inputs, inputs)
+    return keras.Model(inputs, outputs, name="gated_model")
 
 
 def dense_only():
@@ -193,7 +200,7 @@ def torch_files(rng):
 def main():
     keras.utils.set_random_seed(7)
     rng = np.random.default_rng(7)
-    for stem, build in [("functional", functional), ("nested", nested), ("sequential_custom", sequential_custom)]:
+    for stem, build in [("functional", functional), ("nested", nested), ("sequential_custom", sequential_custom), ("gated", gated)]:
         model = build()
         randomise(model, rng)
         model.save(os.path.join(HERE, f"{stem}.keras"))

@@ -83,6 +83,7 @@ class Keras:
     # The implicit masks, as lengths per batch element: the query tensor's Keras mask [B, T] (as
     # Embedding(mask_zero=True) or Masking attach it), value_mask [B, S] and key_mask [B, S].
     sliding_window: Optional[int] = None
+    use_gate: bool = False
     query_mask_lengths: Optional[tuple] = None
     value_mask_lengths: Optional[tuple] = None
     key_mask_lengths: Optional[tuple] = None
@@ -157,6 +158,8 @@ CASES = {
     "keras_query_mask_attention_mask": Keras("EXTRA: the query tensor's Keras mask (lengths 6, 3) ANDed with a random attention_mask, self-attention", num_heads=2, key_dim=3, query_len=6, self_attention=True, query_mask_lengths=(6, 3), fully_masked=()),
     "keras_sliding_window": Keras("EXTRA: sliding_window=3 (|t - s| < 3), self-attention T=10", num_heads=2, key_dim=4, query_len=10, self_attention=True, sliding_window=3),
     "keras_sliding_window_causal_padding": Keras("EXTRA: sliding_window=4 ANDed with use_causal_mask and key padding (11, 6), cross-attention T=8 < S=11", num_heads=3, key_dim=2, query_len=8, source_len=11, value_input_dim=5, use_causal_mask=True, sliding_window=4, valid_lengths=(11, 6)),
+    "keras_use_gate": Keras("EXTRA: use_gate=True (sigmoid gate (Dq, h, v) on the query, multiplied into the attention output), value_dim=3, cross-attention", num_heads=2, key_dim=4, value_dim=3, query_len=7, source_len=9, value_input_dim=6, use_gate=True),
+    "keras_use_gate_nobias_causal": Keras("EXTRA: use_gate=True without biases, use_causal_mask and key padding (8, 3), self-attention", num_heads=3, key_dim=2, query_len=8, self_attention=True, use_bias=False, use_gate=True, use_causal_mask=True, valid_lengths=(8, 3)),
     "keras_causal_t5_s9_padding": Keras("EXTRA: use_causal_mask with T=5 < S=9 (top-left aligned) ANDed with key padding (9, 4)", num_heads=2, key_dim=3, query_len=5, source_len=9, value_input_dim=8, use_causal_mask=True, valid_lengths=(9, 4)),
     "keras_causal_fully_masked": Keras("EXTRA: causal mask ANDed with a random mask that leaves query row (1, 3) and batch element 2 with no key", num_heads=4, key_dim=2, batch=3, query_len=6, source_len=6, value_input_dim=8, use_causal_mask=True, fully_masked=((1, 3), (2, None))),
     # torch.nn.MultiheadAttention
@@ -296,8 +299,11 @@ def write_index(folder, prefixes, with_sha256=False):
 # --------------------------------------------------------------------------------------------------------------------
 
 def keras_sublayers(layer):
-    """The EinsumDense sublayers of a Keras MHA, by fixture name prefix."""
-    return dict(zip(KERAS_KINDS, (layer.query_dense, layer.key_dense, layer.value_dense, layer.output_dense)))
+    """The EinsumDense sublayers of a Keras MHA, by fixture name prefix (and `gate` with use_gate)."""
+    subs = dict(zip(KERAS_KINDS, (layer.query_dense, layer.key_dense, layer.value_dense, layer.output_dense)))
+    if getattr(layer, "_use_gate", False):
+        subs["gate"] = layer._gate_dense
+    return subs
 
 
 def keras_variables(layer):
@@ -311,11 +317,11 @@ def keras_variables(layer):
 
 
 def make_keras_mha(weights, dtype, num_heads, key_dim, value_dim=None, output_shape=None, use_bias=True,
-                   sliding_window=None):
+                   sliding_window=None, use_gate=False):
     """A built Keras MHA in ``dtype`` holding ``weights`` (float32 arrays, cast up exactly)."""
     layer = keras.layers.MultiHeadAttention(num_heads=num_heads, key_dim=key_dim, value_dim=value_dim,
                                             output_shape=output_shape, use_bias=use_bias, dtype=dtype,
-                                            sliding_window=sliding_window)
+                                            sliding_window=sliding_window, use_gate=use_gate)
     dq, dk, dv = (weights[f"{k}.kernel"].shape[0] for k in ("query", "key", "value"))
     layer.build((None, None, dq), (None, None, dv), (None, None, dk))
     variables = keras_variables(layer)
@@ -418,6 +424,10 @@ def keras_case(case, c):
     if c.key_input_dim is not None:
         inputs["inputs.key"] = normal(rng, (c.batch, t, dk))
     weights = draw_keras_weights(rng, c.query_dim, dk, dv, c.num_heads, c.key_dim, value_dim, output_dim, c.use_bias)
+    if c.use_gate:  # drawn after the others, so the other cases' draws do not move
+        weights["gate.kernel"] = kernel(rng, (c.query_dim, c.num_heads, value_dim), c.query_dim)
+        if c.use_bias:
+            weights["gate.bias"] = bias(rng, (c.num_heads, value_dim))
     if c.valid_lengths is not None:
         keep = np.arange(t)[None, None, :] < np.asarray(c.valid_lengths)[:, None, None]
         inputs["inputs.attention_mask"] = np.broadcast_to(keep, (c.batch, c.query_len, t)).astype(np.uint8)
@@ -449,7 +459,8 @@ def keras_case(case, c):
         allowed &= np.abs(np.arange(c.query_len)[:, None] - np.arange(t)[None, :]) < c.sliding_window
 
     layer_args = dict(num_heads=c.num_heads, key_dim=c.key_dim, value_dim=c.value_dim, output_shape=c.output_shape,
-                      use_bias=c.use_bias, use_causal_mask=c.use_causal_mask, sliding_window=c.sliding_window)
+                      use_bias=c.use_bias, use_causal_mask=c.use_causal_mask, sliding_window=c.sliding_window,
+                      use_gate=c.use_gate)
     ref, drift = reference_and_drift(lambda dtype: run_keras(weights, inputs, dtype, **layer_args))
     config = {
         "framework": "keras", "framework_version": keras.__version__, "backend": "tensorflow",
@@ -458,7 +469,7 @@ def keras_case(case, c):
         "use_bias": c.use_bias, "output_shape": c.output_shape, "use_causal_mask": c.use_causal_mask,
         "attention_axes": None, "dropout": 0.0, "self_attention": c.self_attention,
         "has_key": "inputs.key" in inputs, "has_attention_mask": "inputs.attention_mask" in inputs,
-        "sliding_window": c.sliding_window,
+        "sliding_window": c.sliding_window, "use_gate": c.use_gate,
         "has_query_mask": "inputs.query_mask" in inputs, "has_value_mask": "inputs.value_mask" in inputs,
         "has_key_mask": "inputs.key_mask" in inputs,
         "fully_masked_rows": bool((~allowed.any(-1)).any()),

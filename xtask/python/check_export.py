@@ -152,6 +152,8 @@ def check_keras(config, tensors):
         use_bias=use_bias,
         output_shape=None if output_shape is None else int(output_shape),
         dropout=float(config.get("dropout", 0.0) or 0.0),
+        use_gate=bool(config.get("use_gate", False)),
+        sliding_window=config.get("sliding_window"),
         dtype="float32",
     )
     q = tf.constant(query)
@@ -215,6 +217,8 @@ def check_keras_weights_h5(config, tensors, call):
         value_dim=None if config.get("value_dim") is None else int(config["value_dim"]),
         use_bias=bool(config["use_bias"]),
         output_shape=None if output_shape is None else int(output_shape),
+        use_gate=bool(config.get("use_gate", False)),
+        sliding_window=config.get("sliding_window"),
     )
     model = keras.Model(inputs, layer(inputs[0], inputs[1], key=inputs[2]))
     try:

@@ -109,6 +109,8 @@ fn convert_writes_every_exact_target_and_refuses_the_rest() {
         ("torch_checkpoint.pt", "model_state_dict.attn", "torch", true),
         ("torch_kdim.pt", "mha", "keras", true),
         ("torch_kdim.pt", "mha", "projected", false),
+        ("gated.keras", "gated", "keras", true),
+        ("gated.keras", "gated", "torch", false),
         ("torch_projected.pt", "port", "keras", true),
         ("torch_projected.pt", "port", "projected", true),
     ];

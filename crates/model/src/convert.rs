@@ -29,6 +29,9 @@ pub struct Converted<C> {
 pub fn keras_to_torch(config: &KerasMhaConfig, keras: &WeightMap) -> Result<Converted<TorchMhaConfig>> {
     let d = config.dims()?;
     let fail = |reason: String| Err(ModelError::Conversion { direction: "keras -> torch", reason });
+    if config.use_gate {
+        return fail("use_gate multiplies the attention output by a learned sigmoid gate, which torch's nn.MultiheadAttention has no place for".into());
+    }
     if let Some(window) = config.sliding_window {
         return fail(format!("sliding_window = {window} is part of the Keras layer; torch's layer holds no mask (pass the band as attn_mask at each call)"));
     }
@@ -124,6 +127,9 @@ pub fn torch_to_keras(config: &TorchMhaConfig, torch: &WeightMap) -> Result<Conv
 pub fn keras_to_projected(config: &KerasMhaConfig, keras: &WeightMap) -> Result<Converted<ProjectedConfig>> {
     let d = config.dims()?;
     let fail = |reason: String| Err(ModelError::Conversion { direction: "keras -> projected", reason });
+    if config.use_gate {
+        return fail("use_gate multiplies the attention output by a learned sigmoid gate, which torch's nn.MultiheadAttention has no place for".into());
+    }
     if let Some(window) = config.sliding_window {
         return fail(format!("sliding_window = {window} is part of the Keras layer; torch's layer holds no mask (pass the band as attn_mask at each call)"));
     }

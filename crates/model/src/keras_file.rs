@@ -16,7 +16,8 @@
 //! <path>/output_dense/vars/{0: kernel (h, v, O), 1: bias (O)}
 //! ```
 //!
-//! and `<path>/vars` carries the layer's own name as an attribute. The archive's config gives
+//! (and `<path>/_gate_dense/vars/{0: kernel (Dq, h, v), 1: bias (h, v)}` with `use_gate`), and
+//! `<path>/vars` carries the layer's own name as an attribute. The archive's config gives
 //! each attention layer's constructor arguments; a bare `.weights.h5` has no config, so its
 //! layers are found by that layout and their sizes read off the kernels.
 
@@ -35,6 +36,9 @@ use crate::weights::{HostTensor, WeightMap};
 /// The four sublayers of a Keras attention layer and the names this crate gives their variables.
 const SUBLAYERS: [(&str, &str); 4] =
     [("query_dense", "query"), ("key_dense", "key"), ("value_dense", "value"), ("output_dense", "attention_output")];
+
+/// The sublayer `use_gate` adds.
+const GATE: (&str, &str) = ("_gate_dense", "gate"); // no public property: Keras keeps the underscore
 
 /// Constructor arguments that do not change what a trained layer computes.
 const INERT_ARGUMENTS: [&str; 13] = [
@@ -171,7 +175,8 @@ fn layer_name(h5: &hdf5_pure::File, path: &str) -> Option<String> {
 fn read_attention_weights(file: &Path, h5: &hdf5_pure::File, path: &str, name: &str) -> Result<WeightMap> {
     let context = |what: &str, e: &dyn std::fmt::Display| ModelError::file(file, format!("layer {name}: {what}: {e}"));
     let mut weights = WeightMap::new();
-    for (sublayer, ours) in SUBLAYERS {
+    let has_gate = h5.group(&format!("{path}/{}", GATE.0)).is_ok();
+    for (sublayer, ours) in SUBLAYERS.into_iter().chain(has_gate.then_some(GATE)) {
         let vars_path = format!("{path}/{sublayer}/vars");
         let vars = h5.group(&vars_path).map_err(|e| context(&format!("no group {vars_path}"), &e))?;
         let datasets = vars.datasets().map_err(|e| context(&vars_path, &e))?;
@@ -217,7 +222,7 @@ fn config_from_arguments(file: &Path, name: &str, arguments: &Value, weights: &W
                 let axes: Option<Vec<i64>> = value.as_array().map(|a| a.iter().filter_map(Value::as_i64).collect());
                 config.attention_axes = Some(axes.ok_or_else(|| bad(argument, format!("{value} is not a list of axes")))?);
             }
-            "use_gate" => config.use_gate = value.as_bool().unwrap_or(true),
+            "use_gate" => config.use_gate = value.as_bool().ok_or_else(|| bad(argument, format!("{value} is not a boolean")))?,
             "sliding_window" => config.sliding_window = value.as_u64().map(|w| w as usize),
             inert if INERT_ARGUMENTS.contains(&inert) => {}
             other => return Err(bad(other, format!("{value}: an argument this crate does not know; refusing rather than guessing its meaning"))),
@@ -226,10 +231,13 @@ fn config_from_arguments(file: &Path, name: &str, arguments: &Value, weights: &W
     config.dims().map_err(|e| ModelError::file(file, format!("layer {name}: {e}")))?;
     // The arguments must describe the variables that were saved.
     let (got, want) = (config.dims()?, sizes.dims()?);
-    if got != want || config.use_bias != sizes.use_bias {
+    if got != want || config.use_bias != sizes.use_bias || config.use_gate != sizes.use_gate {
         return Err(ModelError::file(
             file,
-            format!("layer {name}: its weights do not match its config (config gives {got:?}, bias {}; the kernels give {want:?}, bias {})", config.use_bias, sizes.use_bias),
+            format!(
+                "layer {name}: its weights do not match its config (config gives {got:?}, use_bias {}, use_gate {}; the weights give {want:?}, use_bias {}, use_gate {})",
+                config.use_bias, config.use_gate, sizes.use_bias, sizes.use_gate
+            ),
         ));
     }
     Ok(config)
@@ -267,7 +275,8 @@ fn weights_h5_bytes(config: &KerasMhaConfig, weights: &WeightMap) -> std::result
     let mut builder = hdf5_pure::FileBuilder::new();
     let mut layers = builder.create_group("layers");
     let mut layer = layers.create_group("multi_head_attention");
-    for ((sublayer, ours), kernel_shape) in SUBLAYERS.into_iter().zip(dims.kernel_shapes()) {
+    let gate = config.use_gate.then_some((GATE, dims.gate_shape()));
+    for ((sublayer, ours), kernel_shape) in SUBLAYERS.into_iter().zip(dims.kernel_shapes()).chain(gate) {
         let mut dense = layer.create_group(sublayer);
         let mut vars = dense.create_group("vars");
         let mut variables = vec![weights.expect(&format!("{ours}.kernel"), &kernel_shape).map_err(|e| e.to_string())?];
@@ -306,7 +315,7 @@ fn functional_config(name: &str, config: &KerasMhaConfig) -> Result<Value> {
             "name": "attention", "trainable": true,
             "dtype": { "module": "keras", "class_name": "DTypePolicy", "config": { "name": "float32" }, "registered_name": null },
             "num_heads": d.num_heads, "key_dim": d.key_dim, "value_dim": d.value_dim, "dropout": config.dropout,
-            "use_bias": config.use_bias, "use_gate": false, "output_shape": output_shape, "attention_axes": [1], "sliding_window": config.sliding_window,
+            "use_bias": config.use_bias, "use_gate": config.use_gate, "output_shape": output_shape, "attention_axes": [1], "sliding_window": config.sliding_window,
             "kernel_initializer": { "module": "keras.initializers", "class_name": "GlorotUniform", "config": { "seed": null, "input_axes": null, "output_axes": null }, "registered_name": null },
             "bias_initializer": { "module": "keras.initializers", "class_name": "Zeros", "config": {}, "registered_name": null },
             "kernel_regularizer": null, "bias_regularizer": null, "activity_regularizer": null, "kernel_constraint": null, "bias_constraint": null, "seed": null,

@@ -10,6 +10,9 @@
 //! y = concat_h(P V) Wo + bo             Wo: (h, v, O)   -> y [B, T, O]
 //! ```
 //!
+//! With `use_gate`, `G = sigmoid(x_q Wg + bg)` (`Wg: (Dq, h, v)`, `G [B, T, h, v]`) multiplies
+//! `P V` before the output projection.
+//!
 //! `O` is `output_shape`, by default the query width `Dq`: the layer maps `[B, 136, 4]` back to
 //! `[B, 136, 4]` whatever `h * k` is, which is what torch's `nn.MultiheadAttention` cannot express.
 //!
@@ -33,6 +36,7 @@
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::Linear;
+use burn::tensor::activation::sigmoid;
 use burn::tensor::{Bool, Device, Tensor};
 
 use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, burn_fused_attention, merge_heads, scaled_logits, split_heads, transpose_heads};
@@ -68,7 +72,8 @@ pub struct KerasMhaConfig {
     /// Keras' `attention_axes`; only the default (`None`, or the sequence axis `[1]` / `[-2]`) is
     /// supported.
     pub attention_axes: Option<Vec<i64>>,
-    /// Keras' `use_gate`; not supported yet.
+    /// Keras' `use_gate`: the attention output is multiplied by `sigmoid(x_q Wg + bg)`
+    /// (`Wg: (Dq, h, v)`) before the output projection.
     #[config(default = false)]
     pub use_gate: bool,
     /// Keras' `sliding_window`: query `t` may attend key `s` only if `|t - s| < window` (a
@@ -118,9 +123,6 @@ impl KerasMhaConfig {
                 "only the default (attention over the sequence axis of [B, T, D] inputs) is supported yet",
             ));
         }
-        if self.use_gate {
-            return Err(ModelError::config("use_gate", true, "gated attention is not supported yet"));
-        }
         if self.sliding_window == Some(0) {
             return Err(ModelError::config("sliding_window", 0, "must be a positive integer (Keras' rule)"));
         }
@@ -153,25 +155,27 @@ impl KerasMhaConfig {
             .with_key_input_dim(Some(dk))
             .with_value_input_dim(Some(dv))
             .with_output_shape(Some(o))
-            .with_use_bias(weights.contains("query.bias")))
+            .with_use_bias(weights.contains("query.bias"))
+            .with_use_gate(weights.contains(KERAS_GATE.kernel)))
     }
 
     /// A layer with Keras' default initialisation (Glorot-uniform kernels, zero biases).
     pub fn init(&self, device: &Device) -> Result<KerasMha> {
         let d = self.dims()?;
-        let layers = KERAS_DENSE.iter().zip(d.kernel_shapes()).map(|(dense, kernel_shape)| {
+        let glorot = |dense: &KerasDense, kernel_shape: [usize; 3]| {
             let (rows, cols) = dense.matrix_shape(kernel_shape);
             keras_glorot_linear(&kernel_shape, rows, cols, self.use_bias, device)
-        });
-        Ok(KerasMha::from_layers(layers.collect(), d, self.dropout, self.sliding_window))
+        };
+        let layers = KERAS_DENSE.iter().zip(d.kernel_shapes()).map(|(dense, kernel_shape)| glorot(dense, kernel_shape));
+        let gate = self.use_gate.then(|| glorot(&KERAS_GATE, d.gate_shape()));
+        Ok(KerasMha::from_layers(layers.collect(), gate, d, self.dropout, self.sliding_window))
     }
 
     /// A layer holding the given weights, in Keras' names and shapes (see [`KerasMha::keras_weights`]).
     /// Missing, misshapen or unknown tensors are errors naming the tensor.
     pub fn init_with_weights(&self, weights: &WeightMap, device: &Device) -> Result<KerasMha> {
         let d = self.dims()?;
-        let mut layers = Vec::with_capacity(4);
-        for (dense, kernel_shape) in KERAS_DENSE.iter().zip(d.kernel_shapes()) {
+        let dense_layer = |dense: &KerasDense, kernel_shape: [usize; 3]| -> Result<Linear> {
             let (rows, cols) = dense.matrix_shape(kernel_shape);
             let kernel = weights.expect(dense.kernel, &kernel_shape)?.reshaped(vec![rows, cols]);
             let bias = match self.use_bias {
@@ -181,15 +185,23 @@ impl KerasMhaConfig {
                 }
                 false => None,
             };
-            layers.push(linear(kernel.to_tensor(dense.kernel, device)?, bias));
-        }
-        let known: Vec<&str> = KERAS_DENSE.iter().flat_map(|d| [d.kernel, d.bias]).collect();
+            Ok(linear(kernel.to_tensor(dense.kernel, device)?, bias))
+        };
+        let layers = KERAS_DENSE.iter().zip(d.kernel_shapes()).map(|(dense, shape)| dense_layer(dense, shape)).collect::<Result<Vec<_>>>()?;
+        let gate = self.use_gate.then(|| dense_layer(&KERAS_GATE, d.gate_shape())).transpose()?;
+        let gate_names = [KERAS_GATE.kernel, KERAS_GATE.bias];
+        let known: Vec<&str> = KERAS_DENSE.iter().flat_map(|d| [d.kernel, d.bias]).chain(gate_names.into_iter().filter(|_| self.use_gate)).collect();
         weights.reject_unknown(&known)?;
-        Ok(KerasMha::from_layers(layers, d, self.dropout, self.sliding_window))
+        Ok(KerasMha::from_layers(layers, gate, d, self.dropout, self.sliding_window))
     }
 }
 
 impl KerasMhaDims {
+    /// The kernel shape of the gate (`use_gate`): `(Dq, h, v)`.
+    pub fn gate_shape(&self) -> [usize; 3] {
+        [self.query_dim, self.num_heads, self.value_dim]
+    }
+
     /// The Keras kernel shapes of `query`, `key`, `value` and `attention_output`.
     pub fn kernel_shapes(&self) -> [[usize; 3]; 4] {
         let (h, k, v) = (self.num_heads, self.key_dim, self.value_dim);
@@ -218,6 +230,9 @@ impl KerasDense {
     }
 }
 
+/// The gate of `use_gate`, an `EinsumDense` of the query like `query`, with `v` per head.
+const KERAS_GATE: KerasDense = KerasDense { kernel: "gate.kernel", bias: "gate.bias", input_axes: 1 };
+
 const KERAS_DENSE: [KerasDense; 4] = [
     KerasDense { kernel: "query.kernel", bias: "query.bias", input_axes: 1 },
     KerasDense { kernel: "key.kernel", bias: "key.bias", input_axes: 1 },
@@ -237,6 +252,9 @@ pub struct KerasMha {
     pub value: Linear,
     /// Output projection, weight `[h*v, O]` (Keras' `(h, v, O)` kernel, row-major).
     pub output: Linear,
+    /// `use_gate`'s gate, weight `[Dq, h*v]`: the attention output is multiplied by
+    /// `sigmoid(x_q Wg + bg)` before `output`.
+    pub gate: Option<Linear>,
     pub num_heads: usize,
     pub key_dim: usize,
     pub value_dim: usize,
@@ -377,9 +395,9 @@ pub struct KerasMhaOutput {
 
 impl KerasMha {
     /// Assembles the layer from its query, key, value and output Linears, in that order.
-    fn from_layers(layers: Vec<Linear>, dims: KerasMhaDims, dropout: f64, sliding_window: Option<usize>) -> Self {
+    fn from_layers(layers: Vec<Linear>, gate: Option<Linear>, dims: KerasMhaDims, dropout: f64, sliding_window: Option<usize>) -> Self {
         let [query, key, value, output] = <[Linear; 4]>::try_from(layers).expect("exactly four dense layers");
-        Self { query, key, value, output, num_heads: dims.num_heads, key_dim: dims.key_dim, value_dim: dims.value_dim, dropout, sliding_window }
+        Self { query, key, value, output, gate, num_heads: dims.num_heads, key_dim: dims.key_dim, value_dim: dims.value_dim, dropout, sliding_window }
     }
 
     /// The call's masks folded into one `attention_mask [B, T, S]`: the implicit masks and the
@@ -432,6 +450,7 @@ impl KerasMha {
         let (batch, query_len, source_len) = self.check_shapes(&input)?;
         let (h, k) = (self.num_heads, self.key_dim);
         let key_input = input.key.unwrap_or_else(|| input.value.clone());
+        let gate = self.gate.as_ref().map(|gate| sigmoid(split_heads(linear_forward(gate, input.query.clone()), h))); // [B, T, h, v]
 
         let q = split_heads(linear_forward(&self.query, input.query), h); // [B, T, h, k]
         let kk = split_heads(linear_forward(&self.key, key_input), h); // [B, S, h, k]
@@ -456,6 +475,10 @@ impl KerasMha {
                 let (context, probs) = attend(logits, transpose_heads(v), blocked, rows, dropout, input.return_attention_scores); // [B, h, T, v], [B, h, T, S]
                 (transpose_heads(context), probs) // [B, T, h, v]
             }
+        };
+        let context = match gate {
+            Some(gate) => context * gate, // [B, T, h, v]
+            None => context,
         };
         let output = linear_forward(&self.output, merge_heads(context)); // [B, T, O]
         Ok(KerasMhaOutput { output, attention_scores })
@@ -508,6 +531,14 @@ impl KerasMha {
                 map.insert(dense.bias, bias.reshaped(dense.bias_shape(kernel_shape)));
             }
         }
+        if let Some(gate) = &self.gate {
+            let (weight, bias) = linear_weights(gate);
+            let shape = self.dims().gate_shape();
+            map.insert(KERAS_GATE.kernel, weight.reshaped(shape.to_vec()));
+            if let Some(bias) = bias {
+                map.insert(KERAS_GATE.bias, bias.reshaped(KERAS_GATE.bias_shape(shape)));
+            }
+        }
         map
     }
 
@@ -539,6 +570,7 @@ impl KerasMha {
             .with_dropout(self.dropout)
             .with_use_bias(self.query.bias.is_some())
             .with_sliding_window(self.sliding_window)
+            .with_use_gate(self.gate.is_some())
     }
 
     /// Number of trainable scalars (Keras' `count_params()`).

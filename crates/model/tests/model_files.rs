@@ -33,12 +33,14 @@ fn read(name: &str) -> Vec<KerasFileLayer> {
 #[test]
 fn archives_and_weights_files_reproduce_the_real_layers() {
     let device = Device::flex();
-    let cases: [(&str, &str, &[(&str, &str)]); 4] = [
+    let cases: [(&str, &str, &[(&str, &str)]); 5] = [
         ("functional.keras", "functional", &[("attn_values", "layers/multi_head_attention"), ("attn_nobias", "layers/multi_head_attention_1")]),
         ("functional.weights.h5", "functional", &[("attn_values", "layers/multi_head_attention"), ("attn_nobias", "layers/multi_head_attention_1")]),
         ("nested.keras", "nested", &[("multi_head_attention", "layers/functional/layers/multi_head_attention")]),
         // An attribute of a custom layer: not in the config's layer lists, found by the layout.
         ("sequential_custom.keras", "sequential_custom", &[("inner_attention", "layers/transformer_block/attention")]),
+        // use_gate (its `_gate_dense` sublayer) and sliding_window from the archive's config.
+        ("gated.keras", "gated", &[("gated", "layers/multi_head_attention")]),
     ];
     for (file, stem, want) in cases {
         let layers = read(file);
@@ -57,6 +59,8 @@ fn constructor_arguments_come_from_the_archive() {
     let layers = read("functional.keras");
     let values = &layers[0].config;
     assert_eq!((values.num_heads, values.key_dim, values.value_dim, values.output_shape, values.use_bias), (2, 4, Some(3), Some(6), true));
+    let gated = &read("gated.keras")[0].config;
+    assert_eq!((gated.use_gate, gated.sliding_window), (true, Some(3)));
     let nobias = &layers[1].config;
     assert_eq!((nobias.num_heads, nobias.key_dim, nobias.use_bias, nobias.key_input_dim, nobias.value_input_dim), (3, 2, false, Some(5), Some(5)));
     // The bare weights file gives the same layers, sizes read off the kernels.

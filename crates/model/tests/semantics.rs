@@ -175,7 +175,9 @@ fn bad_configs_are_errors_naming_the_field() {
     let err = |c: KerasMhaConfig| c.init(&device()).unwrap_err().to_string();
     assert!(err(KerasMhaConfig::new(6, 0, 4)).contains("key_dim = 0"));
     assert!(err(KerasMhaConfig::new(0, 4, 4)).contains("num_heads = 0"));
-    assert!(err(KerasMhaConfig::new(6, 4, 4).with_use_gate(true)).contains("use_gate"));
+    // use_gate is supported: the gate adds Dq * h * v + h * v parameters (Keras' count).
+    let gated = KerasMhaConfig::new(6, 4, 4).with_use_gate(true).init(&device()).unwrap();
+    assert_eq!(gated.num_params(), 460 + 4 * 24 + 24);
     assert!(err(KerasMhaConfig::new(6, 4, 4).with_attention_axes(Some(vec![1, 2]))).contains("attention_axes"));
     assert!(err(KerasMhaConfig::new(6, 4, 4).with_dropout(1.0)).contains("dropout"));
     assert!(err(KerasMhaConfig::new(6, 4, 4).with_sliding_window(Some(0))).contains("sliding_window = 0"));

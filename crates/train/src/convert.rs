@@ -184,13 +184,15 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
             };
             // Both files read back: the safetensors by name, the .weights.h5 by Keras' layout.
             let back = TensorFile::read(&out)?;
-            let config = model::KerasMhaConfig::from_weights(&weights_of(&back))?.with_dropout(chosen.config.dropout);
+            // A weights file holds no call-time arguments: the source's dropout and window apply.
+            let config = model::KerasMhaConfig::from_weights(&weights_of(&back))?.with_dropout(chosen.config.dropout).with_sliding_window(chosen.config.sliding_window);
             let from_safetensors = HostTensor::from_tensor(config.init_with_weights(&weights_of(&back), &device)?.forward(input()?)?.output);
             let mut worst = from_safetensors;
             let mut parameters = 0;
             for written in [&h5, &archive] {
                 let [back] = <[KerasFileLayer; 1]>::try_from(read_keras_file(written)?).map_err(|l| anyhow::anyhow!("{}: {} layers read back", written.display(), l.len()))?;
-                let layer = back.config.init_with_weights(&back.weights, &device)?;
+                let config = back.config.with_sliding_window(chosen.config.sliding_window);
+                let layer = config.init_with_weights(&back.weights, &device)?;
                 let output = HostTensor::from_tensor(layer.forward(input()?)?.output);
                 parameters = layer.num_params();
                 if max_difference(&expected, &output) > max_difference(&expected, &worst) {
@@ -302,13 +304,15 @@ fn arguments(layer: &KerasFileLayer) -> String {
     let c = &layer.config;
     match c.dims() {
         Ok(d) => format!(
-            "num_heads={}, key_dim={}, value_dim={}, output_shape={}, use_bias={}, dropout={}; query/key/value widths {}/{}/{}",
+            "num_heads={}, key_dim={}, value_dim={}, output_shape={}, use_bias={}, dropout={}{}{}; query/key/value widths {}/{}/{}",
             d.num_heads,
             d.key_dim,
             d.value_dim,
             d.output_dim,
             if c.use_bias { "True" } else { "False" },
             c.dropout,
+            if c.use_gate { ", use_gate=True" } else { "" },
+            c.sliding_window.map(|w| format!(", sliding_window={w}")).unwrap_or_default(),
             d.query_dim,
             d.key_input_dim,
             d.value_input_dim

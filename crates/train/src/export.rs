@@ -166,6 +166,8 @@ pub fn keras_fixture(case: &str, description: &str, layer: &KerasMhaConfig, caus
         "output_shape": dims.output_dim,
         "use_causal_mask": causal,
         "dropout": layer.dropout,
+        "use_gate": layer.use_gate,
+        "sliding_window": layer.sliding_window,
         "self_attention": !has_key,
         "has_key": has_key,
         "has_attention_mask": false,
