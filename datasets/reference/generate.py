@@ -110,6 +110,9 @@ class Torch:
     key_padding_lengths: Optional[tuple] = None
     causal_attn_mask: bool = False
     masked_query_rows: tuple = ()
+    # torch's is_causal hint (with need_weights=False and no key_padding_mask torch replaces
+    # attn_mask by the causal mask; otherwise it uses attn_mask as given).
+    is_causal: bool = False
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,8 @@ CASES = {
     "keras_causal_fully_masked": Keras("EXTRA: causal mask ANDed with a random mask that leaves query row (1, 3) and batch element 2 with no key", num_heads=4, key_dim=2, batch=3, query_len=6, source_len=6, value_input_dim=8, use_causal_mask=True, fully_masked=((1, 3), (2, None))),
     # torch.nn.MultiheadAttention
     "torch_plain_e24_h6": Torch("nn.MultiheadAttention(24, 6, batch_first=True) self-attention (query, key, value identical)", self_attention=True),
+    "torch_is_causal_hint": Torch("EXTRA: is_causal=True with an attn_mask that is NOT causal (rows 1 and 3 masked): need_weights=True uses the mask as given (outputs.output), need_weights=False replaces it by the causal mask (outputs.output_need_weights_false), as torch does; cross-attention T=6 < S=9", embed_dim=8, num_heads=2, query_len=6, source_len=9, masked_query_rows=(1, 3), is_causal=True),
+    "torch_is_causal_hint_padding": Torch("EXTRA: is_causal=True with a causal attn_mask and a key_padding_mask (9, 4): torch ignores the hint and uses both masks", embed_dim=8, num_heads=4, query_len=9, self_attention=True, causal_attn_mask=True, key_padding_lengths=(9, 4), is_causal=True),
     "torch_attn_mask": Torch("self-attention with 2D bool attn_mask [T,S] (causal: True above diagonal)", self_attention=True, causal_attn_mask=True),
     "torch_kdim_vdim": Torch("kdim=10, vdim=7 (separate q/k/v_proj_weight), T=6, S=8", query_len=6, source_len=8, kdim=10, vdim=7),
     "torch_key_padding_mask": Torch("cross-attention (distinct q/k/v, T=9, S=12) with key_padding_mask (valid lengths 12, 8)", query_len=9, source_len=12, key_padding_lengths=(12, 8)),
@@ -380,12 +385,12 @@ def make_projected(weights, dtype, in_features, embed_dim, num_heads):
     return proj.eval(), mha
 
 
-def run_torch_mha(mha, query, key, value, dtype, need_weights=True, **masks):
+def run_torch_mha(mha, query, key, value, dtype, need_weights=True, is_causal=False, **masks):
     """MultiheadAttention forward (reference Python path: the fast path is disabled at import) as float64 numpy."""
     masks = {k: torch.from_numpy(v.astype(bool)) for k, v in masks.items()}
     with torch.no_grad():
         out, weights = mha(*(torch.from_numpy(a).to(dtype) for a in (query, key, value)), need_weights=need_weights,
-                           average_attn_weights=True, **masks)
+                           average_attn_weights=True, is_causal=is_causal, **masks)
     return out.double().numpy(), (None if weights is None else weights.double().numpy())
 
 
@@ -529,15 +534,18 @@ def torch_case(case, c):
         mha = make_torch_mha(weights, dtype, e, c.num_heads, c.kdim, c.vdim, c.bias)
         kw = {name.split(".", 1)[1]: m for name, m in masks.items()}
         args = (inputs["inputs.query"], inputs["inputs.key"], inputs["inputs.value"], dtype)
-        out, attn = run_torch_mha(mha, *args, **kw)
+        out, attn = run_torch_mha(mha, *args, is_causal=c.is_causal, **kw)
         res = {"outputs.output": out, "outputs.attention_weights": attn}
-        if fully_masked_rows:
+        if c.is_causal:
+            res["outputs.output_need_weights_false"] = run_torch_mha(mha, *args, need_weights=False, is_causal=True, **kw)[0]
+        elif fully_masked_rows:
             res["outputs.output_need_weights_false"] = run_torch_mha(mha, *args, need_weights=False, **kw)[0]
         return res
 
     ref, drift = reference_and_drift(run)
     config = torch_config(case, c.description, c.batch, c.query_len, s, e, c.num_heads, kdim, vdim, c.bias,
                           c.self_attention, masks, fully_masked_rows, drift)
+    config["is_causal"] = c.is_causal
     return {**inputs, **masks, **weights, **ref}, config
 
 

@@ -285,7 +285,8 @@ fn run_torch(fixture: &Fixture, config: &TorchMhaConfig, device: &Device) -> Res
     let layer = config.init_with_state_dict(&fixture.weights(), device).map_err(|e| fixture.error(e))?;
     let call = || -> Result<TorchMhaInput> {
         let input = |name: &str| fixture.tensor(name)?.to_tensor::<3>(name, device);
-        let mut call = TorchMhaInput::new(input("inputs.query")?, input("inputs.key")?, input("inputs.value")?);
+        let is_causal = fixture.config.get("is_causal").and_then(Value::as_bool).unwrap_or(false);
+        let mut call = TorchMhaInput::new(input("inputs.query")?, input("inputs.key")?, input("inputs.value")?).is_causal(is_causal);
         if fixture.tensors.contains("inputs.key_padding_mask") {
             call = call.key_padding_mask(fixture.tensor("inputs.key_padding_mask")?.to_bool_tensor("inputs.key_padding_mask", device)?);
         }

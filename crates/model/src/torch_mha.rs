@@ -202,6 +202,10 @@ pub struct TorchMhaInput {
     pub average_attn_weights: bool,
     /// Applies dropout to the attention weights.
     pub training: bool,
+    /// torch's `is_causal` hint that `attn_mask` is the causal mask. As torch applies it: it needs
+    /// an `attn_mask`; without a `key_padding_mask` and with `need_weights=False` the mask is
+    /// replaced by the causal rule (top-left, `s > t` blocked), otherwise the mask is used as given.
+    pub is_causal: bool,
 }
 
 impl TorchMhaInput {
@@ -215,7 +219,32 @@ impl TorchMhaInput {
             need_weights: true,
             average_attn_weights: true,
             training: false,
+            is_causal: false,
         }
+    }
+
+    pub fn is_causal(mut self, is_causal: bool) -> Self {
+        self.is_causal = is_causal;
+        self
+    }
+
+    /// Applies the `is_causal` hint as torch's `multi_head_attention_forward` does.
+    fn with_causal_hint(mut self, batch_first: bool) -> Result<Self> {
+        if !self.is_causal {
+            return Ok(self);
+        }
+        if self.attn_mask.is_none() {
+            return Err(ModelError::config("is_causal", true, "needs attn_mask (torch: \"Need attn_mask if specifying the is_causal hint\")"));
+        }
+        if self.key_padding_mask.is_none() && !self.need_weights {
+            let length_axis = if batch_first { 1 } else { 0 };
+            let (query_len, source_len) = (self.query.dims()[length_axis], self.key.dims()[length_axis]);
+            let blocked: Vec<bool> = (0..query_len).flat_map(|t| (0..source_len).map(move |s| s > t)).collect();
+            let causal = Tensor::<2, Bool>::from_data(burn::tensor::TensorData::new(blocked, [query_len, source_len]), &self.query.device());
+            self.attn_mask = Some(AttnMask::bool_2d(causal));
+        }
+        self.is_causal = false;
+        Ok(self)
     }
 
     /// Self-attention: query, key and value are `x`.
@@ -276,6 +305,7 @@ impl TorchMha {
     /// gives fully blocked rows zero attention); everything else the decomposed path of
     /// [`TorchMha::forward_exact`].
     pub fn forward(&self, input: TorchMhaInput) -> Result<TorchMhaOutput> {
+        let input = input.with_causal_hint(self.batch_first)?;
         let dropout_active = input.training && self.dropout > 0.0;
         let boolean_masks = !matches!(input.attn_mask, Some(AttnMask::Additive(_)));
         let call = CallTraits {
@@ -290,7 +320,7 @@ impl TorchMha {
 
     /// The decomposed reference path, for any call.
     pub fn forward_exact(&self, input: TorchMhaInput) -> Result<TorchMhaOutput> {
-        self.forward_path(input, AttentionPath::Exact)
+        self.forward_path(input.with_causal_hint(self.batch_first)?, AttentionPath::Exact)
     }
 
     fn forward_path(&self, input: TorchMhaInput, path: AttentionPath) -> Result<TorchMhaOutput> {
