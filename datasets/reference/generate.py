@@ -113,6 +113,7 @@ class Torch:
     # torch's is_causal hint (with need_weights=False and no key_padding_mask torch replaces
     # attn_mask by the causal mask; otherwise it uses attn_mask as given).
     is_causal: bool = False
+    add_zero_attn: bool = False
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,7 @@ CASES = {
     "torch_plain_e24_h6": Torch("nn.MultiheadAttention(24, 6, batch_first=True) self-attention (query, key, value identical)", self_attention=True),
     "torch_is_causal_hint": Torch("EXTRA: is_causal=True with an attn_mask that is NOT causal (rows 1 and 3 masked): need_weights=True uses the mask as given (outputs.output), need_weights=False replaces it by the causal mask (outputs.output_need_weights_false), as torch does; cross-attention T=6 < S=9", embed_dim=8, num_heads=2, query_len=6, source_len=9, masked_query_rows=(1, 3), is_causal=True),
     "torch_is_causal_hint_padding": Torch("EXTRA: is_causal=True with a causal attn_mask and a key_padding_mask (9, 4): torch ignores the hint and uses both masks", embed_dim=8, num_heads=4, query_len=9, self_attention=True, causal_attn_mask=True, key_padding_lengths=(9, 4), is_causal=True),
+    "torch_add_zero_attn": Torch("EXTRA: add_zero_attn=True (a zero key and value appended after the projections; the weights have S+1 columns), key padding (7, 3) and a fully masked query row (2), cross-attention with kdim=5, vdim=6", embed_dim=8, num_heads=2, query_len=5, source_len=7, kdim=5, vdim=6, key_padding_lengths=(7, 3), masked_query_rows=(2,), add_zero_attn=True),
     "torch_attn_mask": Torch("self-attention with 2D bool attn_mask [T,S] (causal: True above diagonal)", self_attention=True, causal_attn_mask=True),
     "torch_kdim_vdim": Torch("kdim=10, vdim=7 (separate q/k/v_proj_weight), T=6, S=8", query_len=6, source_len=8, kdim=10, vdim=7),
     "torch_key_padding_mask": Torch("cross-attention (distinct q/k/v, T=9, S=12) with key_padding_mask (valid lengths 12, 8)", query_len=9, source_len=12, key_padding_lengths=(12, 8)),
@@ -369,10 +371,10 @@ def to_torch(weights, dtype):
     return {k: torch.from_numpy(np.asarray(v)).to(dtype) for k, v in weights.items()}
 
 
-def make_torch_mha(weights, dtype, embed_dim, num_heads, kdim=None, vdim=None, bias_=True):
+def make_torch_mha(weights, dtype, embed_dim, num_heads, kdim=None, vdim=None, bias_=True, add_zero_attn=False):
     """An eval-mode MultiheadAttention(batch_first=True) in ``dtype`` holding ``weights``."""
     mha = torch.nn.MultiheadAttention(embed_dim, num_heads, bias=bias_, kdim=kdim, vdim=vdim, batch_first=True,
-                                      dtype=dtype)
+                                      dtype=dtype, add_zero_attn=add_zero_attn)
     mha.load_state_dict(to_torch(weights, dtype), strict=True)
     return mha.eval()
 
@@ -531,7 +533,7 @@ def torch_case(case, c):
 
     def run(dtype):
         dtype = getattr(torch, dtype)
-        mha = make_torch_mha(weights, dtype, e, c.num_heads, c.kdim, c.vdim, c.bias)
+        mha = make_torch_mha(weights, dtype, e, c.num_heads, c.kdim, c.vdim, c.bias, c.add_zero_attn)
         kw = {name.split(".", 1)[1]: m for name, m in masks.items()}
         args = (inputs["inputs.query"], inputs["inputs.key"], inputs["inputs.value"], dtype)
         out, attn = run_torch_mha(mha, *args, is_causal=c.is_causal, **kw)
@@ -546,6 +548,7 @@ def torch_case(case, c):
     config = torch_config(case, c.description, c.batch, c.query_len, s, e, c.num_heads, kdim, vdim, c.bias,
                           c.self_attention, masks, fully_masked_rows, drift)
     config["is_causal"] = c.is_causal
+    config["add_zero_attn"] = c.add_zero_attn
     return {**inputs, **masks, **weights, **ref}, config
 
 

@@ -80,6 +80,10 @@ pub fn keras_to_torch(config: &KerasMhaConfig, keras: &WeightMap) -> Result<Conv
 
 /// torch `nn.MultiheadAttention` -> Keras `MultiHeadAttention(h, E/h)` (the inverse reshape).
 pub fn torch_to_keras(config: &TorchMhaConfig, torch: &WeightMap) -> Result<Converted<KerasMhaConfig>> {
+    if config.add_zero_attn {
+        let reason = "add_zero_attn appends a zero key and value after the projections, which Keras' layer has no place for".into();
+        return Err(ModelError::Conversion { direction: "torch -> keras", reason });
+    }
     let (e, h) = (config.embed_dim, config.num_heads);
     if h == 0 || e % h != 0 {
         return Err(ModelError::config("num_heads", h, format!("must divide embed_dim = {e}")));

@@ -53,6 +53,10 @@ pub struct TorchMhaConfig {
     /// Inputs are `[B, L, E]` when true, `[L, B, E]` when false.
     #[config(default = true)]
     pub batch_first: bool,
+    /// torch's `add_zero_attn`: a zero key and a zero value are appended after the projections
+    /// (every mask gets an allowed column for them), so every query row can attend something.
+    #[config(default = false)]
+    pub add_zero_attn: bool,
 }
 
 impl TorchMhaConfig {
@@ -100,6 +104,7 @@ impl TorchMhaConfig {
             num_heads: self.num_heads,
             dropout: self.dropout,
             batch_first: self.batch_first,
+            add_zero_attn: self.add_zero_attn,
         })
     }
 
@@ -147,6 +152,7 @@ impl TorchMhaConfig {
             num_heads: self.num_heads,
             dropout: self.dropout,
             batch_first: self.batch_first,
+            add_zero_attn: self.add_zero_attn,
         })
     }
 }
@@ -166,6 +172,8 @@ pub struct TorchMha {
     pub num_heads: usize,
     pub dropout: f64,
     pub batch_first: bool,
+    /// See [`TorchMhaConfig::add_zero_attn`].
+    pub add_zero_attn: bool,
 }
 
 /// An `attn_mask`, as torch takes it.
@@ -182,6 +190,29 @@ impl AttnMask {
     pub fn bool_2d(mask: Tensor<2, Bool>) -> Self {
         Self::Bool(mask.unsqueeze())
     }
+}
+
+/// The masks of an `add_zero_attn` call: an allowed column for the appended zero key, as torch
+/// pads them (`key_padding_mask [B, S+1]`, `attn_mask [*, T, S+1]`).
+fn zero_attn_columns(key_padding_mask: Option<Tensor<2, Bool>>, attn_mask: Option<AttnMask>) -> (Option<Tensor<2, Bool>>, Option<AttnMask>) {
+    let key_padding_mask = key_padding_mask.map(|mask| {
+        let [batch, _] = mask.dims();
+        let column = Tensor::<2>::zeros([batch, 1], &mask.device()).greater_elem(0.0); // [B, 1], false
+        Tensor::cat(vec![mask, column], 1) // [B, S+1]
+    });
+    let attn_mask = attn_mask.map(|mask| match mask {
+        AttnMask::Bool(mask) => {
+            let [n, t, _] = mask.dims();
+            let column = Tensor::<3>::zeros([n, t, 1], &mask.device()).greater_elem(0.0); // [n, T, 1], false
+            AttnMask::Bool(Tensor::cat(vec![mask, column], 2)) // [n, T, S+1]
+        }
+        AttnMask::Additive(mask) => {
+            let [n, t, _] = mask.dims();
+            let column = Tensor::<3>::zeros([n, t, 1], &mask.device()); // [n, T, 1]
+            AttnMask::Additive(Tensor::cat(vec![mask, column], 2)) // [n, T, S+1]
+        }
+    });
+    (key_padding_mask, attn_mask)
 }
 
 /// The arguments of one call, named as torch names them.
@@ -333,21 +364,30 @@ impl TorchMha {
         let q = split_heads(linear_forward(&self.query, query), h); // [B, T, h, E/h]
         let k = split_heads(linear_forward(&self.key, key), h); // [B, S, h, E/h]
         let v = split_heads(linear_forward(&self.value, value), h); // [B, S, h, E/h]
+        let (mut key_padding_mask, mut attn_mask) = (input.key_padding_mask, input.attn_mask);
+        let (k, v, source_len) = match self.add_zero_attn {
+            true => {
+                let zero = || Tensor::<4>::zeros([batch, 1, h, e / h], &k.device()); // [B, 1, h, E/h]
+                (key_padding_mask, attn_mask) = zero_attn_columns(key_padding_mask, attn_mask);
+                (Tensor::cat(vec![k.clone(), zero()], 1), Tensor::cat(vec![v, zero()], 1), source_len + 1) // [B, S+1, h, E/h]
+            }
+            false => (k, v, source_len),
+        };
         // torch scales q by sqrt(1 / head_dim) before the product.
         let scale = (1.0 / (e / h) as f64).sqrt() as f32;
         let shape = [batch, h, query_len, source_len];
         let (context, attn_weights) = match path {
             AttentionPath::Kernel => {
-                let allowed = allowed_pairs(input.key_padding_mask, input.attn_mask, shape)?;
+                let allowed = allowed_pairs(key_padding_mask, attn_mask, shape)?;
                 let call = FusedCall { scale, allowed: allowed.map(BoolMask::from_tensor), causal: false, rows: FullyMaskedRows::Zero };
                 (fused::fused_attention(q, k, v, call), None) // [B, T, h, E/h]
             }
             AttentionPath::BurnFused => {
-                let (blocked, _) = blocked_and_bias(input.key_padding_mask, input.attn_mask, shape)?;
+                let (blocked, _) = blocked_and_bias(key_padding_mask, attn_mask, shape)?;
                 (burn_fused_attention(q, k, v, blocked), None) // [B, T, h, E/h]
             }
             AttentionPath::Exact => {
-                let (blocked, bias) = blocked_and_bias(input.key_padding_mask, input.attn_mask, shape)?;
+                let (blocked, bias) = blocked_and_bias(key_padding_mask, attn_mask, shape)?;
                 let dropout = if input.training { self.dropout } else { 0.0 };
                 let v = transpose_heads(v); // [B, h, S, E/h]
                 let logits = scaled_logits(q, k, scale); // [B, h, T, S]
@@ -394,6 +434,7 @@ impl TorchMha {
             .with_bias(self.query.bias.is_some())
             .with_dropout(self.dropout)
             .with_batch_first(self.batch_first)
+            .with_add_zero_attn(self.add_zero_attn)
     }
 
     /// The weights under torch's state_dict names (see [`TorchMhaConfig::init_with_state_dict`]).
