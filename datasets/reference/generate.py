@@ -114,6 +114,7 @@ class Torch:
     # attn_mask by the causal mask; otherwise it uses attn_mask as given).
     is_causal: bool = False
     add_zero_attn: bool = False
+    add_bias_kv: bool = False
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,8 @@ CASES = {
     "torch_is_causal_hint": Torch("EXTRA: is_causal=True with an attn_mask that is NOT causal (rows 1 and 3 masked): need_weights=True uses the mask as given (outputs.output), need_weights=False replaces it by the causal mask (outputs.output_need_weights_false), as torch does; cross-attention T=6 < S=9", embed_dim=8, num_heads=2, query_len=6, source_len=9, masked_query_rows=(1, 3), is_causal=True),
     "torch_is_causal_hint_padding": Torch("EXTRA: is_causal=True with a causal attn_mask and a key_padding_mask (9, 4): torch ignores the hint and uses both masks", embed_dim=8, num_heads=4, query_len=9, self_attention=True, causal_attn_mask=True, key_padding_lengths=(9, 4), is_causal=True),
     "torch_add_zero_attn": Torch("EXTRA: add_zero_attn=True (a zero key and value appended after the projections; the weights have S+1 columns), key padding (7, 3) and a fully masked query row (2), cross-attention with kdim=5, vdim=6", embed_dim=8, num_heads=2, query_len=5, source_len=7, kdim=5, vdim=6, key_padding_lengths=(7, 3), masked_query_rows=(2,), add_zero_attn=True),
+    "torch_add_bias_kv": Torch("EXTRA: add_bias_kv=True (learned rows bias_k, bias_v appended to the projected keys and values), a causal attn_mask and key padding (10, 4), self-attention", embed_dim=8, num_heads=2, self_attention=True, causal_attn_mask=True, key_padding_lengths=(10, 4), add_bias_kv=True),
+    "torch_add_bias_kv_zero_attn": Torch("EXTRA: add_bias_kv and add_zero_attn together (the bias row first, then the zero row), cross-attention kdim=5, vdim=3, no bias in the projections", embed_dim=6, num_heads=3, query_len=4, source_len=6, kdim=5, vdim=3, bias=False, add_bias_kv=True, add_zero_attn=True),
     "torch_attn_mask": Torch("self-attention with 2D bool attn_mask [T,S] (causal: True above diagonal)", self_attention=True, causal_attn_mask=True),
     "torch_kdim_vdim": Torch("kdim=10, vdim=7 (separate q/k/v_proj_weight), T=6, S=8", query_len=6, source_len=8, kdim=10, vdim=7),
     "torch_key_padding_mask": Torch("cross-attention (distinct q/k/v, T=9, S=12) with key_padding_mask (valid lengths 12, 8)", query_len=9, source_len=12, key_padding_lengths=(12, 8)),
@@ -371,10 +374,11 @@ def to_torch(weights, dtype):
     return {k: torch.from_numpy(np.asarray(v)).to(dtype) for k, v in weights.items()}
 
 
-def make_torch_mha(weights, dtype, embed_dim, num_heads, kdim=None, vdim=None, bias_=True, add_zero_attn=False):
+def make_torch_mha(weights, dtype, embed_dim, num_heads, kdim=None, vdim=None, bias_=True, add_zero_attn=False,
+                   add_bias_kv=False):
     """An eval-mode MultiheadAttention(batch_first=True) in ``dtype`` holding ``weights``."""
     mha = torch.nn.MultiheadAttention(embed_dim, num_heads, bias=bias_, kdim=kdim, vdim=vdim, batch_first=True,
-                                      dtype=dtype, add_zero_attn=add_zero_attn)
+                                      dtype=dtype, add_zero_attn=add_zero_attn, add_bias_kv=add_bias_kv)
     mha.load_state_dict(to_torch(weights, dtype), strict=True)
     return mha.eval()
 
@@ -515,6 +519,9 @@ def torch_case(case, c):
         inputs = {"inputs.query": normal(rng, (c.batch, c.query_len, e)),
                   "inputs.key": normal(rng, (c.batch, s, kdim)), "inputs.value": normal(rng, (c.batch, s, vdim))}
     weights = draw_torch_mha_weights(rng, e, c.kdim, c.vdim, c.bias)
+    if c.add_bias_kv:  # drawn after the others, so the other cases' draws do not move
+        weights["bias_k"] = normal(rng, (1, 1, e)).astype(np.float32) * 0.5
+        weights["bias_v"] = normal(rng, (1, 1, e)).astype(np.float32) * 0.5
 
     masks = {}
     if c.key_padding_lengths is not None:
@@ -533,7 +540,7 @@ def torch_case(case, c):
 
     def run(dtype):
         dtype = getattr(torch, dtype)
-        mha = make_torch_mha(weights, dtype, e, c.num_heads, c.kdim, c.vdim, c.bias, c.add_zero_attn)
+        mha = make_torch_mha(weights, dtype, e, c.num_heads, c.kdim, c.vdim, c.bias, c.add_zero_attn, c.add_bias_kv)
         kw = {name.split(".", 1)[1]: m for name, m in masks.items()}
         args = (inputs["inputs.query"], inputs["inputs.key"], inputs["inputs.value"], dtype)
         out, attn = run_torch_mha(mha, *args, is_causal=c.is_causal, **kw)
@@ -549,6 +556,7 @@ def torch_case(case, c):
                           c.self_attention, masks, fully_masked_rows, drift)
     config["is_causal"] = c.is_causal
     config["add_zero_attn"] = c.add_zero_attn
+    config["add_bias_kv"] = c.add_bias_kv
     return {**inputs, **masks, **weights, **ref}, config
 
 

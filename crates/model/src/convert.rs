@@ -80,9 +80,13 @@ pub fn keras_to_torch(config: &KerasMhaConfig, keras: &WeightMap) -> Result<Conv
 
 /// torch `nn.MultiheadAttention` -> Keras `MultiHeadAttention(h, E/h)` (the inverse reshape).
 pub fn torch_to_keras(config: &TorchMhaConfig, torch: &WeightMap) -> Result<Converted<KerasMhaConfig>> {
-    if config.add_zero_attn {
-        let reason = "add_zero_attn appends a zero key and value after the projections, which Keras' layer has no place for".into();
-        return Err(ModelError::Conversion { direction: "torch -> keras", reason });
+    for (set, reason) in [
+        (config.add_zero_attn, "add_zero_attn appends a zero key and value after the projections, which Keras' layer has no place for"),
+        (config.add_bias_kv, "add_bias_kv appends learned key and value rows (bias_k, bias_v), which Keras' layer has no place for"),
+    ] {
+        if set {
+            return Err(ModelError::Conversion { direction: "torch -> keras", reason: reason.into() });
+        }
     }
     let (e, h) = (config.embed_dim, config.num_heads);
     if h == 0 || e % h != 0 {

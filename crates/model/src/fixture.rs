@@ -207,7 +207,8 @@ pub fn run(fixture: &Fixture, backend: &str, device: &Device) -> Result<Vec<Chec
                 .with_kdim(fixture.opt_usize("kdim")?)
                 .with_vdim(fixture.opt_usize("vdim")?)
                 .with_bias(fixture.bool("bias")?)
-                .with_add_zero_attn(fixture.config.get("add_zero_attn").and_then(Value::as_bool).unwrap_or(false));
+                .with_add_zero_attn(fixture.config.get("add_zero_attn").and_then(Value::as_bool).unwrap_or(false))
+                .with_add_bias_kv(fixture.config.get("add_bias_kv").and_then(Value::as_bool).unwrap_or(false));
             let outputs = run_torch(fixture, &config, device)?;
             for (name, ours) in outputs {
                 check(&name, ours, &format!("outputs.{name}"))?;

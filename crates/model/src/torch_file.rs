@@ -23,8 +23,8 @@ use crate::torch_mha::TorchMhaConfig;
 use crate::weights::{HostTensor, WeightMap};
 
 /// Names (after the prefix) of an `nn.MultiheadAttention`'s tensors.
-const TORCH_MHA_TENSORS: [&str; 8] =
-    ["in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias", "bias_k"];
+const TORCH_MHA_TENSORS: [&str; 9] =
+    ["in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias", "bias_k", "bias_v"];
 
 /// What an attention layer of a checkpoint belongs to.
 #[derive(Debug, Clone)]
@@ -116,9 +116,6 @@ pub fn read_torch_file(path: &Path, num_heads: usize) -> Result<Vec<TorchFileLay
 
 /// The layer's config from its tensors' shapes and the given head count.
 fn config_from_weights(weights: &WeightMap, num_heads: usize) -> Result<TorchMhaConfig> {
-    if weights.contains("bias_k") {
-        return Err(ModelError::config("add_bias_kv", true, "has no Keras counterpart and is not supported yet"));
-    }
     let out = weights.get("out_proj.weight")?;
     let embed_dim = out.shape[0];
     if num_heads == 0 || embed_dim % num_heads != 0 {
@@ -126,5 +123,9 @@ fn config_from_weights(weights: &WeightMap, num_heads: usize) -> Result<TorchMha
     }
     let input_width = |name: &str| -> Result<Option<usize>> { Ok(if weights.contains(name) { Some(weights.get(name)?.shape[1]) } else { None }) };
     let (kdim, vdim) = (input_width("k_proj_weight")?, input_width("v_proj_weight")?);
-    Ok(TorchMhaConfig::new(embed_dim, num_heads).with_kdim(kdim).with_vdim(vdim).with_bias(weights.contains("in_proj_bias")))
+    Ok(TorchMhaConfig::new(embed_dim, num_heads)
+        .with_kdim(kdim)
+        .with_vdim(vdim)
+        .with_bias(weights.contains("in_proj_bias"))
+        .with_add_bias_kv(weights.contains("bias_k")))
 }

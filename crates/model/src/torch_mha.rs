@@ -23,7 +23,7 @@
 //! query/key/value/output Linears); torch's packed `in_proj_weight` is split and joined at I/O.
 
 use burn::config::Config;
-use burn::module::Module;
+use burn::module::{Module, Param};
 use burn::nn::{Initializer, Linear};
 use burn::tensor::{Bool, Device, Tensor};
 
@@ -57,6 +57,10 @@ pub struct TorchMhaConfig {
     /// (every mask gets an allowed column for them), so every query row can attend something.
     #[config(default = false)]
     pub add_zero_attn: bool,
+    /// torch's `add_bias_kv`: learned rows `bias_k`, `bias_v` `[1, 1, E]` appended to the
+    /// projected keys and values (before `add_zero_attn`'s zeros; masks padded likewise).
+    #[config(default = false)]
+    pub add_bias_kv: bool,
 }
 
 impl TorchMhaConfig {
@@ -96,11 +100,15 @@ impl TorchMhaConfig {
         let in_fan_out = if packed { 3 * e } else { e };
         let out_limit = 1.0 / (e as f64).sqrt();
         let out_weight = Initializer::Uniform { min: -out_limit, max: out_limit }.init::<2, _>([e, e], device).val();
+        // torch: xavier_normal_ on [1, 1, E] (fan_in = fan_out = E).
+        let bias_row = || self.add_bias_kv.then(|| Initializer::Normal { mean: 0.0, std: (1.0 / e as f64).sqrt() }.init::<3, _>([1, 1, e], device));
         Ok(TorchMha {
             query: linear(xavier(e, in_fan_out), zeros()),
             key: linear(xavier(kdim, in_fan_out), zeros()),
             value: linear(xavier(vdim, in_fan_out), zeros()),
             output: linear(out_weight, zeros()),
+            bias_k: bias_row(),
+            bias_v: bias_row(),
             num_heads: self.num_heads,
             dropout: self.dropout,
             batch_first: self.batch_first,
@@ -139,6 +147,14 @@ impl TorchMhaConfig {
             (None, None, None, None)
         };
         let wo = weights.expect("out_proj.weight", &[e, e])?;
+        let (bias_k, bias_v) = match self.add_bias_kv {
+            true => {
+                known.extend(["bias_k", "bias_v"]);
+                let row = |name: &str| -> Result<Param<Tensor<3>>> { Ok(Param::from_tensor(weights.expect(name, &[1, 1, e])?.to_tensor(name, device)?)) };
+                (Some(row("bias_k")?), Some(row("bias_v")?))
+            }
+            false => (None, None),
+        };
         weights.reject_unknown(&known)?;
         let to_linear = |name: &str, w: &HostTensor, b: Option<HostTensor>| -> Result<Linear> {
             let bias = b.map(|b| b.to_tensor(name, device)).transpose()?;
@@ -149,6 +165,8 @@ impl TorchMhaConfig {
             key: to_linear("k_proj_weight", &wk, bk)?,
             value: to_linear("v_proj_weight", &wv, bv)?,
             output: to_linear("out_proj.weight", wo, bo)?,
+            bias_k,
+            bias_v,
             num_heads: self.num_heads,
             dropout: self.dropout,
             batch_first: self.batch_first,
@@ -169,6 +187,9 @@ pub struct TorchMha {
     pub value: Linear,
     /// Output projection `out_proj`, weight `[E, E]` (transposed).
     pub output: Linear,
+    /// `add_bias_kv`'s learned key and value rows, `[1, 1, E]` each.
+    pub bias_k: Option<Param<Tensor<3>>>,
+    pub bias_v: Option<Param<Tensor<3>>>,
     pub num_heads: usize,
     pub dropout: f64,
     pub batch_first: bool,
@@ -192,8 +213,8 @@ impl AttnMask {
     }
 }
 
-/// The masks of an `add_zero_attn` call: an allowed column for the appended zero key, as torch
-/// pads them (`key_padding_mask [B, S+1]`, `attn_mask [*, T, S+1]`).
+/// The masks of an `add_bias_kv` or `add_zero_attn` call: an allowed column for the appended key,
+/// as torch pads them (`key_padding_mask [B, S+1]`, `attn_mask [*, T, S+1]`).
 fn zero_attn_columns(key_padding_mask: Option<Tensor<2, Bool>>, attn_mask: Option<AttnMask>) -> (Option<Tensor<2, Bool>>, Option<AttnMask>) {
     let key_padding_mask = key_padding_mask.map(|mask| {
         let [batch, _] = mask.dims();
@@ -362,9 +383,17 @@ impl TorchMha {
         let e = self.embed_dim();
 
         let q = split_heads(linear_forward(&self.query, query), h); // [B, T, h, E/h]
-        let k = split_heads(linear_forward(&self.key, key), h); // [B, S, h, E/h]
-        let v = split_heads(linear_forward(&self.value, value), h); // [B, S, h, E/h]
+        let (k, v) = (linear_forward(&self.key, key), linear_forward(&self.value, value)); // [B, S, E]
         let (mut key_padding_mask, mut attn_mask) = (input.key_padding_mask, input.attn_mask);
+        let (k, v, source_len) = match (&self.bias_k, &self.bias_v) {
+            (Some(bias_k), Some(bias_v)) => {
+                let row = |bias: &Param<Tensor<3>>| bias.val().expand([batch, 1, e]); // [B, 1, E]
+                (key_padding_mask, attn_mask) = zero_attn_columns(key_padding_mask, attn_mask);
+                (Tensor::cat(vec![k, row(bias_k)], 1), Tensor::cat(vec![v, row(bias_v)], 1), source_len + 1) // [B, S+1, E]
+            }
+            _ => (k, v, source_len),
+        };
+        let (k, v) = (split_heads(k, h), split_heads(v, h)); // [B, S, h, E/h]
         let (k, v, source_len) = match self.add_zero_attn {
             true => {
                 let zero = || Tensor::<4>::zeros([batch, 1, h, e / h], &k.device()); // [B, 1, h, E/h]
@@ -435,6 +464,7 @@ impl TorchMha {
             .with_dropout(self.dropout)
             .with_batch_first(self.batch_first)
             .with_add_zero_attn(self.add_zero_attn)
+            .with_add_bias_kv(self.bias_k.is_some())
     }
 
     /// The weights under torch's state_dict names (see [`TorchMhaConfig::init_with_state_dict`]).
@@ -460,6 +490,11 @@ impl TorchMha {
         map.insert("out_proj.weight", wo);
         if let Some(bo) = bo {
             map.insert("out_proj.bias", bo);
+        }
+        for (name, row) in [("bias_k", &self.bias_k), ("bias_v", &self.bias_v)] {
+            if let Some(row) = row {
+                map.insert(name, HostTensor::from_tensor(row.val()));
+            }
         }
         map
     }
