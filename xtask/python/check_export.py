@@ -125,7 +125,7 @@ def keras_var_name(layer, var):
     return ".".join(parts)
 
 
-def check_keras(config, tensors):
+def check_keras(config, tensors, folder):
     tf, keras = keras_modules()
     num_heads = int(need(config, "num_heads"))
     key_dim = int(need(config, "key_dim"))
@@ -179,19 +179,18 @@ def check_keras(config, tensors):
     err = max_abs_err(np.asarray(out), expected)
     library = f"keras-{keras.__version__}/tf-{tf.__version__}"
     if config.get("weights_h5"):
-        err = max(err, check_keras_weights_h5(config, tensors, call))
+        err = max(err, check_keras_weights_h5(config, tensors, os.path.join(folder, config["weights_h5"])))
         library += " (+ .weights.h5 by Model.load_weights)"
     if config.get("keras_archive"):
-        err = max(err, check_keras_archive(config, tensors))
+        err = max(err, check_keras_archive(tensors, os.path.join(folder, config["keras_archive"])))
         library += " (+ .keras by load_model)"
     return library, err
 
 
-def check_keras_archive(config, tensors):
+def check_keras_archive(tensors, path):
     """The `.keras` archive named in the config, opened by `keras.saving.load_model` and called
     on the probe as `model([query, value, key])`."""
     tf, keras = keras_modules()
-    path = os.path.join(os.path.dirname(os.path.abspath(CURRENT_FILE)), config["keras_archive"])
     try:
         model = keras.saving.load_model(path)
     except Exception as e:  # noqa: BLE001 - report which file Keras refused
@@ -202,11 +201,10 @@ def check_keras_archive(config, tensors):
     return max_abs_err(np.asarray(out), tensors["outputs.output"])
 
 
-def check_keras_weights_h5(config, tensors, call):
+def check_keras_weights_h5(config, tensors, path):
     """The `.weights.h5` named in the config, loaded by `keras.Model.load_weights` into a model
     that holds the layer, `keras.Model([query, value, key], MultiHeadAttention(...)(...))`."""
     tf, keras = keras_modules()
-    path = os.path.join(os.path.dirname(os.path.abspath(CURRENT_FILE)), config["weights_h5"])
     query, value = tensors["inputs.query"], tensors["inputs.value"]
     key = tensors.get("inputs.key", value)
     output_shape = config.get("output_shape")
@@ -312,17 +310,12 @@ def check_torch(config, tensors):
 # ----------------------------------------------------------------------------------------------------
 
 
-CURRENT_FILE = ""
-
-
 def check_file(path):
-    global CURRENT_FILE
-    CURRENT_FILE = path
     config, tensors = read_export(path)
     tol = float(need(config, "tolerance"))
     framework = need(config, "framework")
     if framework == "keras":
-        library, err = check_keras(config, tensors)
+        library, err = check_keras(config, tensors, os.path.dirname(os.path.abspath(path)))
     elif framework == "torch":
         library, err = check_torch(config, tensors)
     else:

@@ -29,9 +29,8 @@ use hdf5_pure::AttrValue;
 use serde_json::Value;
 
 use crate::error::{ModelError, Result};
-use crate::weights::write_atomic;
 use crate::keras_mha::KerasMhaConfig;
-use crate::weights::{HostTensor, WeightMap};
+use crate::weights::{HostTensor, WeightMap, write_atomic};
 
 /// The four sublayers of a Keras attention layer and the names this crate gives their variables.
 const SUBLAYERS: [(&str, &str); 4] =
@@ -78,7 +77,7 @@ pub fn read_keras_file(path: &Path) -> Result<Vec<KerasFileLayer>> {
     } else if bytes.starts_with(b"\x89HDF\r\n\x1a\n") {
         let weights = hdf5_pure::File::from_bytes(bytes).map_err(|e| ModelError::file(path, format!("not a readable HDF5 file: {e}")))?;
         let mut layers = Vec::new();
-        find_by_layout(path, &weights, "", 0, &mut Walk { visited: 0 }, &mut layers)?;
+        find_by_layout(path, &weights, "", 0, &[], &mut 0, &mut layers)?;
         Ok(layers)
     } else {
         Err(ModelError::file(path, "neither a .keras archive (zip) nor a Keras .weights.h5 file (HDF5)"))
@@ -100,11 +99,9 @@ fn read_archive(path: &Path, bytes: Vec<u8>) -> Result<Vec<KerasFileLayer>> {
     let mut layers = Vec::new();
     walk_config(path, &config, "", &weights, &mut layers)?;
     // Attention layers held as attributes of custom layers have no entry in the config's layer
-    // lists; the weights' layout still finds them.
-    let mut by_layout = Vec::new();
-    find_by_layout(path, &weights, "", 0, &mut Walk { visited: 0 }, &mut by_layout)?;
+    // lists; the weights' layout still finds them (the layers found above are not read again).
     let known: Vec<String> = layers.iter().map(|l| l.path.clone()).collect();
-    layers.extend(by_layout.into_iter().filter(|l| !known.contains(&l.path)));
+    find_by_layout(path, &weights, "", 0, &known, &mut 0, &mut layers)?;
     Ok(layers)
 }
 
@@ -136,16 +133,23 @@ fn walk_config(file: &Path, model: &Value, prefix: &str, h5: &hdf5_pure::File, o
 const MAX_GROUP_DEPTH: usize = 64;
 const MAX_GROUPS: usize = 100_000;
 
-/// The groups [`find_by_layout`] has visited so far.
-struct Walk {
-    visited: usize,
-}
-
-/// Every group below `prefix` laid out as an attention layer, sizes read off its kernels.
-fn find_by_layout(file: &Path, h5: &hdf5_pure::File, prefix: &str, depth: usize, walk: &mut Walk, out: &mut Vec<KerasFileLayer>) -> Result<()> {
-    walk.visited += 1;
-    if depth > MAX_GROUP_DEPTH || walk.visited > MAX_GROUPS {
+/// Every group below `prefix` laid out as an attention layer, sizes read off its kernels,
+/// except the groups at the `known` paths; `visited` counts the groups walked so far.
+fn find_by_layout(
+    file: &Path,
+    h5: &hdf5_pure::File,
+    prefix: &str,
+    depth: usize,
+    known: &[String],
+    visited: &mut usize,
+    out: &mut Vec<KerasFileLayer>,
+) -> Result<()> {
+    *visited += 1;
+    if depth > MAX_GROUP_DEPTH || *visited > MAX_GROUPS {
         return Err(ModelError::file(file, format!("more than {MAX_GROUPS} groups or nesting deeper than {MAX_GROUP_DEPTH} at {prefix:?}: a damaged file (cyclic links?)")));
+    }
+    if known.iter().any(|k| k == prefix) {
+        return Ok(());
     }
     let group = if prefix.is_empty() { h5.root() } else { h5.group(prefix).map_err(|e| ModelError::file(file, format!("{prefix}: {e}")))? };
     let children = group.groups().map_err(|e| ModelError::file(file, format!("{prefix}: {e}")))?;
@@ -157,7 +161,7 @@ fn find_by_layout(file: &Path, h5: &hdf5_pure::File, prefix: &str, depth: usize,
         return Ok(());
     }
     for child in children {
-        find_by_layout(file, h5, &join(prefix, &child), depth + 1, walk, out)?;
+        find_by_layout(file, h5, &join(prefix, &child), depth + 1, known, visited, out)?;
     }
     Ok(())
 }
@@ -228,9 +232,9 @@ fn config_from_arguments(file: &Path, name: &str, arguments: &Value, weights: &W
             other => return Err(bad(other, format!("{value}: an argument this crate does not know; refusing rather than guessing its meaning"))),
         }
     }
-    config.dims().map_err(|e| ModelError::file(file, format!("layer {name}: {e}")))?;
     // The arguments must describe the variables that were saved.
-    let (got, want) = (config.dims()?, sizes.dims()?);
+    let got = config.dims().map_err(|e| ModelError::file(file, format!("layer {name}: {e}")))?;
+    let want = sizes.dims()?;
     if got != want || config.use_bias != sizes.use_bias || config.use_gate != sizes.use_gate {
         return Err(ModelError::file(
             file,

@@ -20,7 +20,7 @@ use crate::error::{ModelError, Result};
 use crate::keras_mha::KerasMhaConfig;
 use crate::projected::ProjectedConfig;
 use crate::torch_mha::TorchMhaConfig;
-use crate::weights::{HostTensor, WeightMap};
+use crate::weights::{HostTensor, WeightMap, f32s_from_le_bytes};
 
 /// Names (after the prefix) of an `nn.MultiheadAttention`'s tensors.
 const TORCH_MHA_TENSORS: [&str; 9] =
@@ -74,7 +74,7 @@ pub fn read_torch_file(path: &Path, num_heads: usize) -> Result<Vec<TorchFileLay
         let tensor = reader.get(name).expect("a listed key");
         let bytes = tensor.read().map_err(|e| ModelError::file(path, format!("tensor {name}: {e}")))?;
         let data: Vec<f32> = match tensor.dtype() {
-            DType::F32 => bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+            DType::F32 => f32s_from_le_bytes(&bytes),
             DType::F64 => bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32).collect(),
             other => return Err(ModelError::file(path, format!("tensor {name} is {other:?}; float32 and float64 are supported"))),
         };
@@ -89,7 +89,7 @@ pub fn read_torch_file(path: &Path, num_heads: usize) -> Result<Vec<TorchFileLay
         let mut weights = WeightMap::new();
         for name in names.iter().filter(|n| n.starts_with(&prefix)) {
             let local = &name[prefix.len()..];
-            if TORCH_MHA_TENSORS.contains(&local) || local.starts_with("out_proj.") {
+            if TORCH_MHA_TENSORS.contains(&local) {
                 weights.insert(local, read(name)?);
             }
         }
@@ -101,14 +101,15 @@ pub fn read_torch_file(path: &Path, num_heads: usize) -> Result<Vec<TorchFileLay
             continue;
         };
         let proj = read(&format!("{outer}proj.weight"))?; // [E, in]
-        let mut projected = ProjectedConfig::new(proj.shape[1], config.embed_dim, num_heads).with_bias(config.bias);
+        let in_features = axis(&proj, "proj.weight", 1).map_err(|e| ModelError::file(path, e))?;
+        let mut projected = ProjectedConfig::new(in_features, config.embed_dim, num_heads).with_bias(config.bias);
         weights.insert("proj.weight", proj);
         for name in [format!("{outer}proj.bias"), format!("{outer}final.weight"), format!("{outer}final.bias")] {
             if reader.get(&name).is_some() {
                 weights.insert(&name[outer.len()..], read(&name)?);
             }
         }
-        projected.output_dim = weights.get("final.weight").ok().map(|w| w.shape[0]);
+        projected.output_dim = weights.get("final.weight").ok().map(|w| axis(w, "final.weight", 0)).transpose().map_err(|e| ModelError::file(path, e))?;
         layers.push(TorchFileLayer { prefix: outer.to_string(), model: TorchFileModel::Projected(projected), weights });
     }
     Ok(layers)
@@ -116,16 +117,21 @@ pub fn read_torch_file(path: &Path, num_heads: usize) -> Result<Vec<TorchFileLay
 
 /// The layer's config from its tensors' shapes and the given head count.
 fn config_from_weights(weights: &WeightMap, num_heads: usize) -> Result<TorchMhaConfig> {
-    let out = weights.get("out_proj.weight")?;
-    let embed_dim = out.shape[0];
+    let embed_dim = axis(weights.get("out_proj.weight")?, "out_proj.weight", 0)?;
     if num_heads == 0 || embed_dim % num_heads != 0 {
         return Err(ModelError::config("num_heads", num_heads, format!("must divide the embedding width {embed_dim} (the head count is not stored in a state dict: pass it)")));
     }
-    let input_width = |name: &str| -> Result<Option<usize>> { Ok(if weights.contains(name) { Some(weights.get(name)?.shape[1]) } else { None }) };
+    let input_width = |name: &str| -> Result<Option<usize>> { weights.get(name).ok().map(|w| axis(w, name, 1)).transpose() };
     let (kdim, vdim) = (input_width("k_proj_weight")?, input_width("v_proj_weight")?);
     Ok(TorchMhaConfig::new(embed_dim, num_heads)
         .with_kdim(kdim)
         .with_vdim(vdim)
         .with_bias(weights.contains("in_proj_bias"))
         .with_add_bias_kv(weights.contains("bias_k")))
+}
+
+/// Axis `index` of a 2-D weight's shape, or an error naming the tensor (a damaged file's tensor
+/// may have fewer axes than its name implies).
+fn axis(weight: &HostTensor, name: &str, index: usize) -> Result<usize> {
+    weight.shape.get(index).copied().ok_or_else(|| ModelError::TensorRank { name: name.to_string(), expected: 2, found: weight.shape.clone() })
 }

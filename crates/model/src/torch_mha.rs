@@ -396,9 +396,10 @@ impl TorchMha {
         let (k, v) = (split_heads(k, h), split_heads(v, h)); // [B, S, h, E/h]
         let (k, v, source_len) = match self.add_zero_attn {
             true => {
-                let zero = || Tensor::<4>::zeros([batch, 1, h, e / h], &k.device()); // [B, 1, h, E/h]
+                let device = k.device();
+                let zero = || Tensor::<4>::zeros([batch, 1, h, e / h], &device); // [B, 1, h, E/h]
                 (key_padding_mask, attn_mask) = zero_attn_columns(key_padding_mask, attn_mask);
-                (Tensor::cat(vec![k.clone(), zero()], 1), Tensor::cat(vec![v, zero()], 1), source_len + 1) // [B, S+1, h, E/h]
+                (Tensor::cat(vec![k, zero()], 1), Tensor::cat(vec![v, zero()], 1), source_len + 1) // [B, S+1, h, E/h]
             }
             false => (k, v, source_len),
         };

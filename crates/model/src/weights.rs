@@ -180,10 +180,7 @@ impl TensorFile {
             let shape = view.shape().to_vec();
             let raw = view.data();
             let tensor = match view.dtype() {
-                Dtype::F32 => HostTensor::new(
-                    shape,
-                    raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
-                ),
+                Dtype::F32 => HostTensor::new(shape, f32s_from_le_bytes(raw)),
                 Dtype::U8 | Dtype::BOOL => HostTensor {
                     shape,
                     data: raw.iter().map(|&b| b as f32).collect(),
@@ -223,6 +220,11 @@ impl TensorFile {
         let bytes = safetensors::serialize(views, Some(metadata)).map_err(|e| ModelError::file(path, e))?;
         write_atomic(path, &bytes)
     }
+}
+
+/// Little-endian float32 bytes as values (safetensors and PyTorch storages are little-endian).
+pub fn f32s_from_le_bytes(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same directory and a rename.

@@ -33,6 +33,7 @@ use model::keras_file::{KerasFileLayer, read_keras_file, write_keras_archive, wr
 use model::torch_file::{TorchFileLayer, TorchFileModel, read_torch_file};
 use model::projected::ProjectedInput;
 use model::torch_mha::{AttnWeights, TorchMhaInput};
+use model::fixture::model_weights;
 use model::{HostTensor, KerasMha, KerasMhaInput, TensorFile};
 use serde_json::json;
 
@@ -137,17 +138,20 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
     };
     let query = probe(PROBE_QUERY_LEN, dims.query_dim);
     let projected_source = torch_source.as_ref().is_some_and(|t| matches!(t.model, TorchFileModel::Projected(_)));
-    let (value, key) = match target {
-        // The projected model is self-attention on one input.
-        _ if projected_source => (query.clone(), query.clone()),
-        Target::Projected => (query.clone(), query.clone()),
-        _ => (probe(PROBE_SOURCE_LEN, dims.value_input_dim), probe(PROBE_SOURCE_LEN, dims.key_input_dim)),
+    // The projected model is self-attention on one input.
+    let (value, key) = match projected_source || target == Target::Projected {
+        true => (query.clone(), query.clone()),
+        false => (probe(PROBE_SOURCE_LEN, dims.value_input_dim), probe(PROBE_SOURCE_LEN, dims.key_input_dim)),
+    };
+    // The probe as each vocabulary's call.
+    let keras_call = || -> Result<KerasMhaInput> {
+        Ok(KerasMhaInput::new(query.to_tensor("query", &device)?, value.to_tensor("value", &device)?).key(key.to_tensor("key", &device)?))
+    };
+    let torch_call = || -> Result<TorchMhaInput> {
+        Ok(TorchMhaInput::new(query.to_tensor("query", &device)?, key.to_tensor("key", &device)?, value.to_tensor("value", &device)?))
     };
     let run_source = |scores: bool| -> Result<(HostTensor, Option<HostTensor>)> {
-        let input = KerasMhaInput::new(query.to_tensor("query", &device)?, value.to_tensor("value", &device)?)
-            .key(key.to_tensor("key", &device)?)
-            .return_attention_scores(scores);
-        let output = source.forward(input)?;
+        let output = source.forward(keras_call()?.return_attention_scores(scores))?;
         Ok((HostTensor::from_tensor(output.output), output.attention_scores.map(|s| HostTensor::from_tensor(s.mean_dim(1).squeeze_dim::<3>(1)))))
     };
     // The source's own output: the torch layer itself for a PyTorch file.
@@ -155,8 +159,7 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
         Some(torch_layer) => match &torch_layer.model {
             TorchFileModel::Attention(config) => {
                 let layer = config.init_with_state_dict(&torch_layer.weights, &device)?;
-                let call = TorchMhaInput::new(query.to_tensor("query", &device)?, key.to_tensor("key", &device)?, value.to_tensor("value", &device)?);
-                (HostTensor::from_tensor(layer.forward(call.need_weights(false))?.output), Module::num_params(&layer))
+                (HostTensor::from_tensor(layer.forward(torch_call()?.need_weights(false))?.output), Module::num_params(&layer))
             }
             TorchFileModel::Projected(config) => {
                 let model = config.init_with_state_dict(&torch_layer.weights, &device)?;
@@ -179,21 +182,18 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
             let mut file = keras_fixture(&case, &description, &chosen.config, false, chosen.weights.clone(), &probe)?;
             name_keras_files(&mut file, &h5, &archive)?;
             file.write(&out)?;
-            let input = || -> Result<KerasMhaInput> {
-                Ok(KerasMhaInput::new(query.to_tensor("query", &device)?, value.to_tensor("value", &device)?).key(key.to_tensor("key", &device)?))
-            };
-            // Both files read back: the safetensors by name, the .weights.h5 by Keras' layout.
-            let back = TensorFile::read(&out)?;
+            // Every file read back: the safetensors by name, the .weights.h5 and .keras by Keras' layout.
+            let back = model_weights(&TensorFile::read(&out)?.tensors);
             // A weights file holds no call-time arguments: the source's dropout and window apply.
-            let config = model::KerasMhaConfig::from_weights(&weights_of(&back))?.with_dropout(chosen.config.dropout).with_sliding_window(chosen.config.sliding_window);
-            let from_safetensors = HostTensor::from_tensor(config.init_with_weights(&weights_of(&back), &device)?.forward(input()?)?.output);
+            let config = model::KerasMhaConfig::from_weights(&back)?.with_dropout(chosen.config.dropout).with_sliding_window(chosen.config.sliding_window);
+            let from_safetensors = HostTensor::from_tensor(config.init_with_weights(&back, &device)?.forward(keras_call()?)?.output);
             let mut worst = from_safetensors;
             let mut parameters = 0;
             for written in [&h5, &archive] {
                 let [back] = <[KerasFileLayer; 1]>::try_from(read_keras_file(written)?).map_err(|l| anyhow::anyhow!("{}: {} layers read back", written.display(), l.len()))?;
                 let config = back.config.with_sliding_window(chosen.config.sliding_window);
                 let layer = config.init_with_weights(&back.weights, &device)?;
-                let output = HostTensor::from_tensor(layer.forward(input()?)?.output);
+                let output = HostTensor::from_tensor(layer.forward(keras_call()?)?.output);
                 parameters = layer.num_params();
                 if max_difference(&expected, &output) > max_difference(&expected, &worst) {
                     worst = output;
@@ -205,8 +205,8 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
             let converted = projected.expect("converted above");
             projected_fixture(&case, &description, &converted.config, converted.weights, &query, &expected)?.write(&out)?;
             let module = write_module_source(&out, TorchModule::Projected(&converted.config), &description)?;
-            let back = TensorFile::read(&out)?;
-            let model = converted.config.init_with_state_dict(&weights_of(&back), &device)?;
+            let back = model_weights(&TensorFile::read(&out)?.tensors);
+            let model = converted.config.init_with_state_dict(&back, &device)?;
             let output = model.forward(ProjectedInput::new(query.to_tensor("x", &device)?).need_weights(false))?.output;
             (Module::num_params(&model), HostTensor::from_tensor(output), vec![out, module])
         }
@@ -233,10 +233,9 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
             }
             TensorFile { tensors, metadata: [("config".to_string(), metadata.to_string())].into() }.write(&out)?;
             let module = write_module_source(&out, TorchModule::Attention(config), &description)?;
-            let back = TensorFile::read(&out)?;
-            let layer = config.init_with_state_dict(&weights_of(&back), &device)?;
-            let call = TorchMhaInput::new(query.to_tensor("query", &device)?, key.to_tensor("key", &device)?, value.to_tensor("value", &device)?);
-            let result = layer.forward(call)?;
+            let back = model_weights(&TensorFile::read(&out)?.tensors);
+            let layer = config.init_with_state_dict(&back, &device)?;
+            let result = layer.forward(torch_call()?)?;
             debug_assert!(matches!(result.attn_weights, Some(AttnWeights::Averaged(_))));
             (Module::num_params(&layer), HostTensor::from_tensor(result.output), vec![out, module])
         }
@@ -246,8 +245,7 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
             let probe = [("inputs.query", &query), ("inputs.value", &value), ("inputs.key", &key), ("outputs.output", &expected)];
             keras_fixture(&case, &description, &chosen.config, false, Default::default(), &probe)?.write(&probe_path)?;
             let layer: KerasMha = chosen.config.init(&device)?.try_load_file(&out).map_err(|e| anyhow::anyhow!("cannot read back {}: {e:?}", out.display()))?;
-            let input = KerasMhaInput::new(query.to_tensor("query", &device)?, value.to_tensor("value", &device)?).key(key.to_tensor("key", &device)?);
-            (layer.num_params(), HostTensor::from_tensor(layer.forward(input)?.output), vec![out, probe_path])
+            (layer.num_params(), HostTensor::from_tensor(layer.forward(keras_call()?)?.output), vec![out, probe_path])
         }
     };
     let max_abs_difference = max_difference(&expected, &converted_output);
@@ -347,13 +345,4 @@ fn keras_files(out: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let stem = [".safetensors", ".keras", ".weights.h5", ".h5"].iter().fold(name.as_str(), |stem, suffix| stem.trim_end_matches(suffix));
     let beside = |suffix: &str| out.with_file_name(format!("{stem}{suffix}"));
     (beside(".keras.safetensors"), beside(".weights.h5"), beside(".keras"))
-}
-
-/// The model weights of a fixture-format file (everything but the probe).
-fn weights_of(file: &TensorFile) -> model::WeightMap {
-    let mut weights = model::WeightMap::new();
-    for (name, tensor) in file.tensors.iter().filter(|(n, _)| !n.starts_with("inputs.") && !n.starts_with("outputs.")) {
-        weights.insert(name, tensor.clone());
-    }
-    weights
 }
