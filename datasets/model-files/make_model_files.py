@@ -23,6 +23,8 @@ Writes, next to this script:
 * `sequential_custom.keras`: a Sequential model whose custom layer holds the attention layer as an
   attribute (no entry in the config's layer lists; found by the weights' layout);
 * `dense_only.keras`: a model without attention layers (a bad input for `convert`);
+* `axes.keras`: attention over two axes of an image-like input (`attention_axes=(1, 2)` on
+  `[B, 3, 4, 6]`), with `axes.probe.safetensors` (`axes.query [2, 3, 4, 6]`, `axes.output`);
 * `<file stem>.probe.safetensors`: for each attention layer, a probe `query`, `value` and `key`
   and the real layer's output on them (`<layer>.query`, `<layer>.value`, `<layer>.key`,
   `<layer>.output`), so the tests check our reading without Python.
@@ -91,6 +93,12 @@ def gated():
 def dense_only():
     inputs = keras.Input((SEQ, FEATURES))
     return keras.Model(inputs, layers.Dense(2)(layers.Dense(4)(inputs)), name="no_attention")
+
+
+def axes():
+    inputs = keras.Input((3, 4, 6))
+    outputs = layers.MultiHeadAttention(num_heads=2, key_dim=3, attention_axes=(1, 2), name="axes")(inputs, inputs)
+    return keras.Model(inputs, outputs, name="image_attention")
 
 
 def attention_layers(model):
@@ -212,6 +220,16 @@ def main():
     torch_files(rng)
     dense_only().save(os.path.join(HERE, "dense_only.keras"))
     print("wrote dense_only.keras (no attention layer)")
+    # Its own generator, so that adding it moved none of the files above.
+    rng = np.random.default_rng(11)
+    model = axes()
+    randomise(model, rng)
+    model.save(os.path.join(HERE, "axes.keras"))
+    query = rng.normal(size=(PROBE_BATCH, 3, 4, 6)).astype(np.float32)
+    output = np.asarray(model(query), dtype=np.float32)
+    save_file({"axes.query": query, "axes.output": output}, os.path.join(HERE, "axes.probe.safetensors"),
+              metadata={"keras": keras.__version__, "layers": json.dumps(["axes"])})
+    print("wrote axes.keras (attention_axes=(1, 2))")
 
 
 if __name__ == "__main__":

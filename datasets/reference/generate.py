@@ -90,6 +90,32 @@ class Keras:
 
 
 @dataclass(frozen=True)
+class KerasNd:
+    """keras.layers.MultiHeadAttention(attention_axes=...) on N-D inputs: query ``query_shape`` [B, ..., Dq],
+    value ``source_shape`` [B, ..., Dv] (None: self-attention, value = query).
+
+    ``attention_axes`` as the layer takes it (None: Keras' default, every axis between the batch and the feature
+    axis; negative axes count as Keras counts them). ``mask_shape`` gives a random ``attention_mask`` of that shape
+    (each entry allowed with probability 0.7, broadcast as Keras broadcasts it), whose first query row allows no
+    key; ``query_mask`` / ``value_mask`` attach random implicit masks of the inputs' shapes without the features.
+    """
+    description: str
+    num_heads: int
+    key_dim: int
+    query_shape: tuple
+    attention_axes: Optional[tuple]
+    source_shape: Optional[tuple] = None
+    value_dim: Optional[int] = None
+    use_bias: bool = True
+    use_gate: bool = False
+    use_causal_mask: bool = False
+    sliding_window: Optional[int] = None
+    mask_shape: Optional[tuple] = None
+    query_mask: bool = False
+    value_mask: bool = False
+
+
+@dataclass(frozen=True)
 class Torch:
     """torch.nn.MultiheadAttention(embed_dim, num_heads, bias, kdim, vdim, batch_first=True) in eval mode.
 
@@ -166,6 +192,13 @@ CASES = {
     "keras_use_gate": Keras("EXTRA: use_gate=True (sigmoid gate (Dq, h, v) on the query, multiplied into the attention output), value_dim=3, cross-attention", num_heads=2, key_dim=4, value_dim=3, query_len=7, source_len=9, value_input_dim=6, use_gate=True),
     "keras_use_gate_nobias_causal": Keras("EXTRA: use_gate=True without biases, use_causal_mask and key padding (8, 3), self-attention", num_heads=3, key_dim=2, query_len=8, self_attention=True, use_bias=False, use_gate=True, use_causal_mask=True, valid_lengths=(8, 3)),
     "keras_causal_t5_s9_padding": Keras("EXTRA: use_causal_mask with T=5 < S=9 (top-left aligned) ANDed with key padding (9, 4)", num_heads=2, key_dim=3, query_len=5, source_len=9, value_input_dim=8, use_causal_mask=True, valid_lengths=(9, 4)),
+    # keras.layers.MultiHeadAttention(attention_axes=...) on inputs of rank 4 and 5
+    "keras_nd_axes_1_2": KerasNd("EXTRA: attention_axes=(1, 2) on [B, 3, 4, 6] self-attention: one softmax over the 12 positions of both axes", num_heads=2, key_dim=3, query_shape=(2, 3, 4, 6), attention_axes=(1, 2)),
+    "keras_nd_default_axes_cross_mask": KerasNd("EXTRA: attention_axes=None on rank-4 inputs (Keras' default: axes 1 and 2), cross-attention [2, 3, 2, 5] -> [2, 2, 3, 4], value_dim=3, attention_mask [B, T1, T2, S1, S2] with a fully masked query row", num_heads=3, key_dim=2, value_dim=3, query_shape=(2, 3, 2, 5), source_shape=(2, 2, 3, 4), attention_axes=None, mask_shape=(2, 3, 2, 2, 3)),
+    "keras_nd_axis_2_batch_axis_1": KerasNd("EXTRA: attention_axes=(2,) on [B, 3, 5, 4]: axis 1 is a batch axis; cross-attention to S=7 along axis 2; attention_mask [B, 5, 7] broadcast over axis 1 and the heads; use_gate", num_heads=2, key_dim=4, query_shape=(2, 3, 5, 4), source_shape=(2, 3, 7, 6), attention_axes=(2,), use_gate=True, mask_shape=(2, 5, 7)),
+    "keras_nd_negative_axis_causal": KerasNd("EXTRA: attention_axes=(-3,) on [B, 6, 3, 4] (= axis 1, counted as Keras counts it) with use_causal_mask (Keras' causal mask is [1, T, S] over axis 1) and sliding_window=3", num_heads=2, key_dim=2, query_shape=(2, 6, 3, 4), attention_axes=(-3,), use_causal_mask=True, sliding_window=3),
+    "keras_nd_axis_2_implicit_masks": KerasNd("EXTRA: attention_axes=(2,) on [B, 3, 6, 5] self-attention with the query tensor's Keras mask and value_mask of shape [B, 3, 6] (Keras expands them to [B, 3, 6, 1] and [B, 3, 1, 6])", num_heads=2, key_dim=3, query_shape=(2, 3, 6, 5), attention_axes=(2,), query_mask=True, value_mask=True),
+    "keras_nd_rank5_axes_1_3_nobias": KerasNd("EXTRA: rank-5 input [B, 3, 2, 4, 5], attention_axes=(1, 3) (not adjacent: axis 2 is a batch axis between them), no biases, attention_mask [B, 3, 4, 3, 4] broadcast over axis 2 and the heads", num_heads=2, key_dim=2, query_shape=(2, 3, 2, 4, 5), attention_axes=(1, 3), use_bias=False, mask_shape=(2, 3, 4, 3, 4)),
     "keras_causal_fully_masked": Keras("EXTRA: causal mask ANDed with a random mask that leaves query row (1, 3) and batch element 2 with no key", num_heads=4, key_dim=2, batch=3, query_len=6, source_len=6, value_input_dim=8, use_causal_mask=True, fully_masked=((1, 3), (2, None))),
     # torch.nn.MultiheadAttention
     "torch_plain_e24_h6": Torch("nn.MultiheadAttention(24, 6, batch_first=True) self-attention (query, key, value identical)", self_attention=True),
@@ -491,6 +524,76 @@ def keras_case(case, c):
     return {**inputs, **weights, **ref}, config
 
 
+def keras_nd_case(case, c):
+    """keras_nd_*: draws query (value), kernels, biases, gate, then the masks; runs Keras in f64 and f32."""
+    rng = case_rng(case)
+    dq = c.query_shape[-1]
+    dv = dq if c.source_shape is None else c.source_shape[-1]
+    value_dim = c.value_dim or c.key_dim
+    inputs = {"inputs.query": normal(rng, c.query_shape)}
+    inputs["inputs.value"] = inputs["inputs.query"].copy() if c.source_shape is None else normal(rng, c.source_shape)
+    weights = draw_keras_weights(rng, dq, dv, dv, c.num_heads, c.key_dim, value_dim, dq, c.use_bias)
+    if c.use_gate:
+        weights["gate.kernel"] = kernel(rng, (dq, c.num_heads, value_dim), dq)
+        if c.use_bias:
+            weights["gate.bias"] = bias(rng, (c.num_heads, value_dim))
+    if c.mask_shape is not None:
+        keep = rng.random(c.mask_shape) > 0.3
+        n = len(c.attention_axes or range(1, len(c.query_shape) - 1))
+        keep[(0,) * (len(c.mask_shape) - n)] = False  # the first query row allows no key
+        inputs["inputs.attention_mask"] = keep.astype(np.uint8)
+    if c.query_mask:
+        inputs["inputs.query_mask"] = (rng.random(c.query_shape[:-1]) > 0.25).astype(np.uint8)
+    if c.value_mask:
+        inputs["inputs.value_mask"] = (rng.random(inputs["inputs.value"].shape[:-1]) > 0.25).astype(np.uint8)
+
+    def run(dtype):
+        layer = keras.layers.MultiHeadAttention(num_heads=c.num_heads, key_dim=c.key_dim, value_dim=c.value_dim,
+                                                use_bias=c.use_bias, use_gate=c.use_gate, dtype=dtype,
+                                                attention_axes=c.attention_axes, sliding_window=c.sliding_window)
+        shape = lambda a: (None,) * (a.ndim - 1) + (a.shape[-1],)
+        layer.build(shape(inputs["inputs.query"]), shape(inputs["inputs.value"]))
+        variables = keras_variables(layer)
+        if set(variables) != set(weights):
+            raise ValueError(f"weight names {sorted(weights)} != layer variables {sorted(variables)}")
+        for name, var in variables.items():
+            var.assign(weights[name].astype(dtype))
+        kwargs = {"use_causal_mask": c.use_causal_mask}
+        for name in ("attention_mask", "value_mask"):
+            if f"inputs.{name}" in inputs:
+                kwargs[name] = tf.constant(inputs[f"inputs.{name}"].astype(bool))
+
+        def query():
+            q = tf.constant(inputs["inputs.query"], dtype=dtype)
+            if "inputs.query_mask" in inputs:
+                keras.src.backend.set_keras_mask(q, tf.constant(inputs["inputs.query_mask"].astype(bool)))
+            return q
+
+        value = tf.constant(inputs["inputs.value"], dtype=dtype)
+        out = layer(query(), value, **kwargs)
+        out_s, scores = layer(query(), value, return_attention_scores=True, **kwargs)
+        return {"outputs.output": np.asarray(out, np.float64),
+                "outputs.attention_scores": np.asarray(scores, np.float64),
+                "outputs.output_with_scores": np.asarray(out_s, np.float64)}
+
+    ref, drift = reference_and_drift(run)
+    config = {
+        "framework": "keras", "framework_version": keras.__version__, "backend": "tensorflow",
+        "backend_version": tf.__version__, "case": case, "description": c.description, "seed": seed_of(case),
+        "num_heads": c.num_heads, "key_dim": c.key_dim, "value_dim": value_dim, "value_dim_arg": c.value_dim,
+        "use_bias": c.use_bias, "output_shape": None, "use_causal_mask": c.use_causal_mask,
+        "attention_axes": None if c.attention_axes is None else list(c.attention_axes), "dropout": 0.0,
+        "self_attention": c.source_shape is None, "has_key": False,
+        "has_attention_mask": "inputs.attention_mask" in inputs, "sliding_window": c.sliding_window,
+        "use_gate": c.use_gate, "has_query_mask": "inputs.query_mask" in inputs,
+        "has_value_mask": "inputs.value_mask" in inputs, "has_key_mask": False,
+        "query_shape": list(c.query_shape), "value_shape": list(inputs["inputs.value"].shape),
+        "attention_scores_shape": list(ref["outputs.attention_scores"].shape),
+        "reference_dtype": "float64", "tolerance": TOLERANCE, "f32_library_max_abs_diff": drift,
+    }
+    return {**inputs, **weights, **ref}, config
+
+
 def torch_config(case, description, batch, query_len, source_len, embed_dim, num_heads, kdim, vdim, bias_,
                  self_attention, masks, fully_masked_rows, drift):
     """Config fields shared by torch_* and projected_*."""
@@ -670,7 +773,7 @@ def conversion_case(case, c):
     return tensors, config
 
 
-KINDS = {Keras: keras_case, Torch: torch_case, Projected: projected_case, Conversion: conversion_case}
+KINDS = {Keras: keras_case, KerasNd: keras_nd_case, Torch: torch_case, Projected: projected_case, Conversion: conversion_case}
 PREFIXES = ("keras_", "torch_", "projected_", "conversion_")
 
 

@@ -125,6 +125,12 @@ def keras_var_name(layer, var):
     return ".".join(parts)
 
 
+def attention_axes(config):
+    """The layer's `attention_axes` (None: Keras' default), as the tuple Keras takes."""
+    axes = config.get("attention_axes")
+    return None if axes is None else tuple(int(a) for a in axes)
+
+
 def check_keras(config, tensors, folder):
     tf, keras = keras_modules()
     num_heads = int(need(config, "num_heads"))
@@ -154,6 +160,7 @@ def check_keras(config, tensors, folder):
         dropout=float(config.get("dropout", 0.0) or 0.0),
         use_gate=bool(config.get("use_gate", False)),
         sliding_window=config.get("sliding_window"),
+        attention_axes=attention_axes(config),
         dtype="float32",
     )
     q = tf.constant(query)
@@ -208,7 +215,7 @@ def check_keras_weights_h5(config, tensors, path):
     query, value = tensors["inputs.query"], tensors["inputs.value"]
     key = tensors.get("inputs.key", value)
     output_shape = config.get("output_shape")
-    inputs = [keras.Input(shape=(None, x.shape[-1])) for x in (query, value, key)]
+    inputs = [keras.Input(shape=(None,) * (x.ndim - 2) + (x.shape[-1],)) for x in (query, value, key)]
     layer = keras.layers.MultiHeadAttention(
         num_heads=int(config["num_heads"]),
         key_dim=int(config["key_dim"]),
@@ -217,6 +224,7 @@ def check_keras_weights_h5(config, tensors, path):
         output_shape=None if output_shape is None else int(output_shape),
         use_gate=bool(config.get("use_gate", False)),
         sliding_window=config.get("sliding_window"),
+        attention_axes=attention_axes(config),
     )
     model = keras.Model(inputs, layer(inputs[0], inputs[1], key=inputs[2]))
     try:

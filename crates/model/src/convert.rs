@@ -25,15 +25,30 @@ pub struct Converted<C> {
     pub weights: WeightMap,
 }
 
+/// Why a Keras layer has no counterpart in torch's `nn.MultiheadAttention`, if it has none: its
+/// arguments that torch's layer cannot hold.
+fn keras_only_arguments(config: &KerasMhaConfig) -> Option<String> {
+    if config.use_gate {
+        return Some("use_gate multiplies the attention output by a learned sigmoid gate, which torch's nn.MultiheadAttention has no place for".into());
+    }
+    if let Some(window) = config.sliding_window {
+        return Some(format!("sliding_window = {window} is part of the Keras layer; torch's layer holds no mask (pass the band as attn_mask at each call)"));
+    }
+    match crate::keras_nd::resolve_attention_axes(config.attention_axes.as_deref(), 3) {
+        Ok(axes) if axes == [1] => None,
+        _ => Some(format!(
+            "attention_axes = {:?} attends jointly over axes of an N-D input; torch's layer attends over one sequence axis (flatten the attention axes into it and the others into the batch, as KerasMha::forward_nd does, and call it on that)",
+            config.attention_axes.as_deref().unwrap_or_default()
+        )),
+    }
+}
+
 /// Keras `MultiHeadAttention` -> torch `nn.MultiheadAttention` (pure reshape and transpose).
 pub fn keras_to_torch(config: &KerasMhaConfig, keras: &WeightMap) -> Result<Converted<TorchMhaConfig>> {
     let d = config.dims()?;
     let fail = |reason: String| Err(ModelError::Conversion { direction: "keras -> torch", reason });
-    if config.use_gate {
-        return fail("use_gate multiplies the attention output by a learned sigmoid gate, which torch's nn.MultiheadAttention has no place for".into());
-    }
-    if let Some(window) = config.sliding_window {
-        return fail(format!("sliding_window = {window} is part of the Keras layer; torch's layer holds no mask (pass the band as attn_mask at each call)"));
+    if let Some(reason) = keras_only_arguments(config) {
+        return fail(reason);
     }
     let e = d.num_heads * d.key_dim;
     if d.query_dim != e {
@@ -135,11 +150,8 @@ pub fn torch_to_keras(config: &TorchMhaConfig, torch: &WeightMap) -> Result<Conv
 pub fn keras_to_projected(config: &KerasMhaConfig, keras: &WeightMap) -> Result<Converted<ProjectedConfig>> {
     let d = config.dims()?;
     let fail = |reason: String| Err(ModelError::Conversion { direction: "keras -> projected", reason });
-    if config.use_gate {
-        return fail("use_gate multiplies the attention output by a learned sigmoid gate, which torch's nn.MultiheadAttention has no place for".into());
-    }
-    if let Some(window) = config.sliding_window {
-        return fail(format!("sliding_window = {window} is part of the Keras layer; torch's layer holds no mask (pass the band as attn_mask at each call)"));
+    if let Some(reason) = keras_only_arguments(config) {
+        return fail(reason);
     }
     if d.key_input_dim != d.query_dim || d.value_input_dim != d.query_dim {
         return fail(format!(

@@ -13,7 +13,9 @@ use serde_json::Value;
 
 use crate::convert::{self, Converted};
 use crate::error::{ModelError, Result};
-use crate::keras_mha::{KerasMhaConfig, KerasMhaInput};
+use crate::keras_mha::{KerasMha, KerasMhaConfig, KerasMhaInput};
+use crate::keras_nd::KerasMhaNdInput;
+use crate::nd_mask::NdMask;
 use crate::projected::{ProjectedConfig, ProjectedInput};
 use crate::torch_mha::{AttnMask, AttnWeights, TorchMhaConfig, TorchMhaInput};
 use crate::weights::{HostTensor, StoredDtype, TensorFile, WeightMap};
@@ -198,7 +200,14 @@ pub fn run(fixture: &Fixture, backend: &str, device: &Device) -> Result<Vec<Chec
     match fixture.kind()? {
         FixtureKind::Keras => {
             let config = keras_config(fixture)?;
-            for (name, ours) in run_keras(fixture, &config, &fixture.weights(), device)? {
+            let outputs = match fixture.tensor("inputs.query")?.shape.len() {
+                3 => run_keras(fixture, &config, &fixture.weights(), device)?,
+                4 => run_keras_nd::<4>(fixture, &config, device)?,
+                5 => run_keras_nd::<5>(fixture, &config, device)?,
+                6 => run_keras_nd::<6>(fixture, &config, device)?,
+                rank => return Err(fixture.error(format!("inputs.query has rank {rank}; ranks 3 to 6 are run"))),
+            };
+            for (name, ours) in outputs {
                 check(&name, ours, &format!("outputs.{name}"))?;
             }
         }
@@ -238,16 +247,92 @@ pub fn run(fixture: &Fixture, backend: &str, device: &Device) -> Result<Vec<Chec
 
 /// The Keras config of a `keras_*` fixture: sizes from the weights, the rest from the config.
 fn keras_config(fixture: &Fixture) -> Result<KerasMhaConfig> {
-    let config = KerasMhaConfig::from_weights(&fixture.weights()).map_err(|e| fixture.error(e))?;
+    let config = match burnpack_beside(fixture) {
+        // The probe beside a burnpack holds no weights: the sizes come from its config and inputs.
+        Some(_) => {
+            let width = |name: &str| -> Result<usize> { Ok(*fixture.tensor(name)?.shape.last().unwrap_or(&0)) };
+            let value_width = width("inputs.value")?;
+            let key_width = if fixture.tensors.contains("inputs.key") { width("inputs.key")? } else { value_width };
+            KerasMhaConfig::new(fixture.usize("num_heads")?, fixture.usize("key_dim")?, width("inputs.query")?)
+                .with_value_dim(fixture.opt_usize("value_dim")?)
+                .with_value_input_dim(Some(value_width))
+                .with_key_input_dim(Some(key_width))
+                .with_output_shape(Some(width("outputs.output")?))
+                .with_use_bias(fixture.bool("use_bias")?)
+                .with_use_gate(fixture.config.get("use_gate").and_then(Value::as_bool).unwrap_or(false))
+        }
+        None => KerasMhaConfig::from_weights(&fixture.weights()).map_err(|e| fixture.error(e))?,
+    };
     let dropout = fixture.config.get("dropout").and_then(Value::as_f64).unwrap_or(0.0);
     let sliding_window = fixture.config.get("sliding_window").and_then(Value::as_u64).map(|w| w as usize);
-    Ok(config.with_dropout(dropout).with_sliding_window(sliding_window))
+    let attention_axes = match fixture.config.get("attention_axes") {
+        None | Some(Value::Null) => None,
+        Some(axes) => Some(
+            axes.as_array()
+                .and_then(|axes| axes.iter().map(Value::as_i64).collect::<Option<Vec<_>>>())
+                .ok_or_else(|| fixture.error(format!("config `attention_axes` = {axes} is not a list of axes")))?,
+        ),
+    };
+    Ok(config.with_dropout(dropout).with_sliding_window(sliding_window).with_attention_axes(attention_axes))
+}
+
+/// The burnpack a weightless `keras_*` probe was written beside (`<file>.bpk.probe.safetensors`).
+fn burnpack_beside(fixture: &Fixture) -> Option<PathBuf> {
+    let name = fixture.path.to_str()?;
+    let burnpack = name.strip_suffix(".probe.safetensors").filter(|b| b.ends_with(".bpk"))?;
+    fixture.weights().names().next().is_none().then(|| PathBuf::from(burnpack))
+}
+
+/// The layer of a `keras_*` file: built from its weights, or loaded from the burnpack beside it.
+fn keras_layer(fixture: &Fixture, config: &KerasMhaConfig, weights: &WeightMap, device: &Device) -> Result<KerasMha> {
+    match burnpack_beside(fixture) {
+        Some(burnpack) => {
+            use burn::module::Module;
+            let layer = config.init(device).map_err(|e| fixture.error(e))?;
+            layer.try_load_file(&burnpack).map_err(|e| ModelError::file(&burnpack, format!("cannot load the burnpack: {e:?}")))
+        }
+        None => config.init_with_weights(weights, device).map_err(|e| fixture.error(e)),
+    }
+}
+
+/// Runs a `keras_*` fixture whose inputs have rank 4 or more through [`KerasMha::forward_nd`].
+fn run_keras_nd<const D: usize>(fixture: &Fixture, config: &KerasMhaConfig, device: &Device) -> Result<Vec<(String, HostTensor)>> {
+    let layer = keras_layer(fixture, config, &fixture.weights(), device)?;
+    let mask = |name: &str| -> Result<Option<NdMask>> {
+        match fixture.tensors.get(name) {
+            Ok(t) => Ok(NdMask::new(t.shape.clone(), t.data.iter().map(|v| *v != 0.0).collect())),
+            Err(_) => Ok(None),
+        }
+    };
+    let call = || -> Result<KerasMhaNdInput<D>> {
+        let tensor = |name: &str| fixture.tensor(name)?.to_tensor::<D>(name, device);
+        let mut input = KerasMhaNdInput::new(tensor("inputs.query")?, tensor("inputs.value")?);
+        if fixture.tensors.contains("inputs.key") {
+            input.key = Some(tensor("inputs.key")?);
+        }
+        input.use_causal_mask = fixture.config.get("use_causal_mask").and_then(Value::as_bool).unwrap_or(false);
+        input.attention_mask = mask("inputs.attention_mask")?;
+        input.query_mask = mask("inputs.query_mask")?;
+        input.value_mask = mask("inputs.value_mask")?;
+        input.key_mask = mask("inputs.key_mask")?;
+        Ok(input)
+    };
+    let mut outputs = vec![("output".to_string(), HostTensor::from_tensor(layer.forward_nd(call()?)?.output))];
+    if fixture.tensors.contains("outputs.attention_scores") {
+        let mut input = call()?;
+        input.return_attention_scores = true;
+        let with_scores = layer.forward_nd(input)?;
+        let scores = HostTensor::from_tensor(with_scores.attention_scores.expect("scores were requested"));
+        outputs.push(("attention_scores".into(), scores.reshaped(with_scores.attention_scores_shape)));
+        outputs.push(("output_with_scores".into(), HostTensor::from_tensor(with_scores.output)));
+    }
+    Ok(outputs)
 }
 
 /// Runs the Keras default call and, when the fixture has scores, the `return_attention_scores`
 /// call; returns `(output name, value)` pairs named as the fixture's `outputs.*`.
 fn run_keras(fixture: &Fixture, config: &KerasMhaConfig, weights: &WeightMap, device: &Device) -> Result<Vec<(String, HostTensor)>> {
-    let layer = config.init_with_weights(weights, device).map_err(|e| fixture.error(e))?;
+    let layer = keras_layer(fixture, config, weights, device)?;
     let causal = fixture.config.get("use_causal_mask").and_then(Value::as_bool).unwrap_or(false);
     let call = || -> Result<KerasMhaInput> {
         let mut input = KerasMhaInput::new(

@@ -223,7 +223,7 @@ fn config_from_arguments(file: &Path, name: &str, arguments: &Value, weights: &W
             "dropout" => config.dropout = value.as_f64().ok_or_else(|| bad(argument, format!("{value} is not a rate")))?,
             "attention_axes" if value.is_null() => config.attention_axes = None,
             "attention_axes" => {
-                let axes: Option<Vec<i64>> = value.as_array().map(|a| a.iter().filter_map(Value::as_i64).collect());
+                let axes: Option<Vec<i64>> = value.as_array().and_then(|a| a.iter().map(Value::as_i64).collect());
                 config.attention_axes = Some(axes.ok_or_else(|| bad(argument, format!("{value} is not a list of axes")))?);
             }
             "use_gate" => config.use_gate = value.as_bool().ok_or_else(|| bad(argument, format!("{value} is not a boolean")))?,
@@ -303,14 +303,21 @@ fn weights_h5_bytes(config: &KerasMhaConfig, weights: &WeightMap) -> std::result
 fn functional_config(name: &str, config: &KerasMhaConfig) -> Result<Value> {
     use serde_json::json;
     let d = config.dims()?;
+    // The smallest input rank the layer's attention axes fit: [B, T, D] for the default.
+    let rank = crate::keras_nd::smallest_input_rank(config.attention_axes.as_deref());
+    let shape = |width: usize| [vec![Value::Null; rank - 1], vec![json!(width)]].concat();
     let input = |input_name: &str, width: usize| {
         json!({
             "module": "keras.layers", "class_name": "InputLayer", "registered_name": null, "name": input_name, "inbound_nodes": [],
-            "config": { "batch_shape": [null, null, width], "dtype": "float32", "sparse": false, "ragged": false, "name": input_name, "optional": false },
+            "config": { "batch_shape": shape(width), "dtype": "float32", "sparse": false, "ragged": false, "name": input_name, "optional": false },
         })
     };
     let tensor = |input_name: &str, width: usize| {
-        json!({ "class_name": "__keras_tensor__", "config": { "shape": [null, null, width], "dtype": "float32", "keras_history": [input_name, 0, 0] } })
+        json!({ "class_name": "__keras_tensor__", "config": { "shape": shape(width), "dtype": "float32", "keras_history": [input_name, 0, 0] } })
+    };
+    let attention_axes = match &config.attention_axes {
+        Some(axes) => json!(axes),
+        None => json!((1..rank as i64 - 1).collect::<Vec<_>>()),
     };
     let output_shape = if d.output_dim == d.query_dim { Value::Null } else { json!([d.output_dim]) };
     let attention = json!({
@@ -319,13 +326,13 @@ fn functional_config(name: &str, config: &KerasMhaConfig) -> Result<Value> {
             "name": "attention", "trainable": true,
             "dtype": { "module": "keras", "class_name": "DTypePolicy", "config": { "name": "float32" }, "registered_name": null },
             "num_heads": d.num_heads, "key_dim": d.key_dim, "value_dim": d.value_dim, "dropout": config.dropout,
-            "use_bias": config.use_bias, "use_gate": config.use_gate, "output_shape": output_shape, "attention_axes": [1], "sliding_window": config.sliding_window,
+            "use_bias": config.use_bias, "use_gate": config.use_gate, "output_shape": output_shape, "attention_axes": attention_axes, "sliding_window": config.sliding_window,
             "kernel_initializer": { "module": "keras.initializers", "class_name": "GlorotUniform", "config": { "seed": null, "input_axes": null, "output_axes": null }, "registered_name": null },
             "bias_initializer": { "module": "keras.initializers", "class_name": "Zeros", "config": {}, "registered_name": null },
             "kernel_regularizer": null, "bias_regularizer": null, "activity_regularizer": null, "kernel_constraint": null, "bias_constraint": null, "seed": null,
         },
         "build_config": { "shapes_dict": {
-            "query_shape": [null, null, d.query_dim], "value_shape": [null, null, d.value_input_dim], "key_shape": [null, null, d.key_input_dim],
+            "query_shape": shape(d.query_dim), "value_shape": shape(d.value_input_dim), "key_shape": shape(d.key_input_dim),
         } },
         "inbound_nodes": [{
             "args": [tensor("query", d.query_dim), tensor("value", d.value_input_dim)],

@@ -69,8 +69,10 @@ pub struct KerasMhaConfig {
     /// Whether the four dense layers have biases.
     #[config(default = true)]
     pub use_bias: bool,
-    /// Keras' `attention_axes`; only the default (`None`, or the sequence axis `[1]` / `[-2]`) is
-    /// supported.
+    /// Keras' `attention_axes`: the axes of the inputs attention runs over, jointly (negative
+    /// axes count as Keras counts them). `None` = every axis between the batch and the features:
+    /// the sequence axis of `[B, T, D]` inputs ([`KerasMha::forward`]); inputs of other ranks go
+    /// through [`KerasMha::forward_nd`].
     pub attention_axes: Option<Vec<i64>>,
     /// Keras' `use_gate`: the attention output is multiplied by `sigmoid(x_q Wg + bg)`
     /// (`Wg: (Dq, h, v)`) before the output projection.
@@ -114,14 +116,8 @@ impl KerasMhaConfig {
         if !(0.0..1.0).contains(&self.dropout) {
             return Err(ModelError::config("dropout", self.dropout, "must be in [0, 1)"));
         }
-        if let Some(axes) = &self.attention_axes
-            && !(axes.as_slice() == [1] || axes.as_slice() == [-2])
-        {
-            return Err(ModelError::config(
-                "attention_axes",
-                format!("{axes:?}"),
-                "only the default (attention over the sequence axis of [B, T, D] inputs) is supported yet",
-            ));
+        if self.attention_axes.as_ref().is_some_and(Vec::is_empty) {
+            return Err(ModelError::config("attention_axes", "[]", "must name at least one axis (None = Keras' default)"));
         }
         if self.sliding_window == Some(0) {
             return Err(ModelError::config("sliding_window", 0, "must be a positive integer (Keras' rule)"));
@@ -168,7 +164,7 @@ impl KerasMhaConfig {
         };
         let layers = KERAS_DENSE.iter().zip(d.kernel_shapes()).map(|(dense, kernel_shape)| glorot(dense, kernel_shape));
         let gate = self.use_gate.then(|| glorot(&KERAS_GATE, d.gate_shape()));
-        Ok(KerasMha::from_layers(layers.collect(), gate, d, self.dropout, self.sliding_window))
+        Ok(KerasMha::from_layers(layers.collect(), gate, d, self))
     }
 
     /// A layer holding the given weights, in Keras' names and shapes (see [`KerasMha::keras_weights`]).
@@ -192,7 +188,7 @@ impl KerasMhaConfig {
         let gate_names = [KERAS_GATE.kernel, KERAS_GATE.bias];
         let known: Vec<&str> = KERAS_DENSE.iter().flat_map(|d| [d.kernel, d.bias]).chain(gate_names.into_iter().filter(|_| self.use_gate)).collect();
         weights.reject_unknown(&known)?;
-        Ok(KerasMha::from_layers(layers, gate, d, self.dropout, self.sliding_window))
+        Ok(KerasMha::from_layers(layers, gate, d, self))
     }
 }
 
@@ -261,6 +257,9 @@ pub struct KerasMha {
     pub dropout: f64,
     /// Keras' `sliding_window` (see [`KerasMhaConfig::sliding_window`]).
     pub sliding_window: Option<usize>,
+    /// Keras' `attention_axes` (see [`KerasMhaConfig::attention_axes`]).
+    #[module(skip)]
+    pub attention_axes: Option<Vec<i64>>,
 }
 
 /// The arguments of one call, named as Keras names them.
@@ -395,9 +394,21 @@ pub struct KerasMhaOutput {
 
 impl KerasMha {
     /// Assembles the layer from its query, key, value and output Linears, in that order.
-    fn from_layers(layers: Vec<Linear>, gate: Option<Linear>, dims: KerasMhaDims, dropout: f64, sliding_window: Option<usize>) -> Self {
+    fn from_layers(layers: Vec<Linear>, gate: Option<Linear>, dims: KerasMhaDims, config: &KerasMhaConfig) -> Self {
         let [query, key, value, output] = <[Linear; 4]>::try_from(layers).expect("exactly four dense layers");
-        Self { query, key, value, output, gate, num_heads: dims.num_heads, key_dim: dims.key_dim, value_dim: dims.value_dim, dropout, sliding_window }
+        Self {
+            query,
+            key,
+            value,
+            output,
+            gate,
+            num_heads: dims.num_heads,
+            key_dim: dims.key_dim,
+            value_dim: dims.value_dim,
+            dropout: config.dropout,
+            sliding_window: config.sliding_window,
+            attention_axes: config.attention_axes.clone(),
+        }
     }
 
     /// The call's masks folded into one `attention_mask [B, T, S]`: the implicit masks and the
@@ -428,25 +439,46 @@ impl KerasMha {
     /// no attention mask no row is fully masked, so its zeroed rows never show); everything else
     /// the decomposed path of [`KerasMha::forward_exact`].
     pub fn forward(&self, input: KerasMhaInput) -> Result<KerasMhaOutput> {
-        let input = self.fold_masks(input)?;
+        self.check_sequence_axis()?;
+        let rows = self.fully_masked_rows(input.return_attention_scores);
+        self.forward_fastest(self.fold_masks(input)?, rows)
+    }
+
+    /// The decomposed reference path (explicit logits, masked softmax, two products), for any call.
+    pub fn forward_exact(&self, input: KerasMhaInput) -> Result<KerasMhaOutput> {
+        self.check_sequence_axis()?;
+        let rows = self.fully_masked_rows(input.return_attention_scores);
+        self.forward_path(self.fold_masks(input)?, AttentionPath::Exact, rows)
+    }
+
+    /// [`KerasMha::forward`] takes `[B, T, D]` inputs, so the layer must attend over axis 1.
+    fn check_sequence_axis(&self) -> Result<()> {
+        match crate::keras_nd::resolve_attention_axes(self.attention_axes.as_deref(), 3) {
+            Ok(axes) if axes == [1] => Ok(()),
+            _ => Err(ModelError::config(
+                "attention_axes",
+                format!("{:?}", self.attention_axes.as_deref().unwrap_or_default()),
+                "forward takes [B, T, D] inputs and attends over axis 1; call forward_nd with inputs of the layer's rank",
+            )),
+        }
+    }
+
+    /// The call on the fastest [`AttentionPath`] for it; `input`'s masks must be folded.
+    pub(crate) fn forward_fastest(&self, input: KerasMhaInput, rows: FullyMaskedRows) -> Result<KerasMhaOutput> {
         let dropout_active = input.training && self.dropout > 0.0;
         let call = CallTraits {
             autodiff: input.query.is_autodiff(),
             plain: !input.return_attention_scores && !dropout_active,
             kernel_masks: true,
-            burn_masks_match: input.attention_mask.is_none(),
+            burn_masks_match: input.attention_mask.is_none() || rows == FullyMaskedRows::Zero,
         };
         let path = AttentionPath::fastest(&input.query.device(), call);
-        self.forward_path(input, path)
+        self.forward_path(input, path, rows)
     }
 
-    /// The decomposed reference path (explicit logits, masked softmax, two products), for any call.
-    pub fn forward_exact(&self, input: KerasMhaInput) -> Result<KerasMhaOutput> {
-        self.forward_path(self.fold_masks(input)?, AttentionPath::Exact)
-    }
-
-    /// `input`'s masks must be folded ([`KerasMha::fold_masks`]).
-    fn forward_path(&self, input: KerasMhaInput, path: AttentionPath) -> Result<KerasMhaOutput> {
+    /// `input`'s masks must be folded ([`KerasMha::fold_masks`]); `rows` is what a query row with
+    /// no allowed key attends to.
+    fn forward_path(&self, input: KerasMhaInput, path: AttentionPath, rows: FullyMaskedRows) -> Result<KerasMhaOutput> {
         let (batch, query_len, source_len) = self.check_shapes(&input)?;
         let (h, k) = (self.num_heads, self.key_dim);
         let key_input = input.key.unwrap_or_else(|| input.value.clone());
@@ -457,7 +489,6 @@ impl KerasMha {
         let v = split_heads(linear_forward(&self.value, input.value), h); // [B, S, h, v]
         // Keras rounds 1/sqrt(key_dim) to float32 before using it (0.5 for k = 4).
         let scale = (1.0 / (k as f64).sqrt()) as f32;
-        let rows = self.fully_masked_rows(input.return_attention_scores);
         let (context, attention_scores) = match path {
             AttentionPath::Kernel => {
                 let allowed = input.attention_mask.map(|mask| BoolMask::from_tensor(mask.unsqueeze_dim(1))); // [B, 1, T, S]
@@ -487,7 +518,7 @@ impl KerasMha {
     /// What a query row with no allowed key attends to: Keras' explicit-softmax path (zeroed rows)
     /// runs when the scores are returned or the layer has dropout, its fused path (uniform rows)
     /// otherwise.
-    fn fully_masked_rows(&self, return_attention_scores: bool) -> FullyMaskedRows {
+    pub(crate) fn fully_masked_rows(&self, return_attention_scores: bool) -> FullyMaskedRows {
         if return_attention_scores || self.dropout > 0.0 { FullyMaskedRows::Zero } else { FullyMaskedRows::Uniform }
     }
 
@@ -571,6 +602,7 @@ impl KerasMha {
             .with_use_bias(self.query.bias.is_some())
             .with_sliding_window(self.sliding_window)
             .with_use_gate(self.gate.is_some())
+            .with_attention_axes(self.attention_axes.clone())
     }
 
     /// Number of trainable scalars (Keras' `count_params()`).

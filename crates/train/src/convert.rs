@@ -34,7 +34,8 @@ use model::torch_file::{TorchFileLayer, TorchFileModel, read_torch_file};
 use model::projected::ProjectedInput;
 use model::torch_mha::{AttnWeights, TorchMhaInput};
 use model::fixture::model_weights;
-use model::{HostTensor, KerasMha, KerasMhaInput, TensorFile};
+use model::keras_nd::{resolve_attention_axes, smallest_input_rank};
+use model::{HostTensor, KerasMha, KerasMhaInput, KerasMhaNdInput, TensorFile};
 use serde_json::json;
 
 use crate::export::{keras_fixture, name_keras_files, projected_fixture};
@@ -133,27 +134,39 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
     let torch = (target == Target::Torch).then(|| keras_to_torch(&chosen.config, &chosen.weights)).transpose()?;
     let out = out.unwrap_or_else(|| default_output(input, &chosen.name, target));
 
-    let probe = |len: usize, width: usize| -> HostTensor {
-        HostTensor::from_tensor(Tensor::<3>::random([PROBE_BATCH, len, width], Distribution::Normal(0.0, 1.0), &device))
+    // [B, T, D] probes, or of the smallest rank the layer's attention axes fit.
+    let probe_shape = |axis_len: fn(usize) -> usize, width: usize| {
+        let rank = smallest_input_rank(chosen.config.attention_axes.as_deref());
+        [vec![PROBE_BATCH], (1..rank - 1).map(axis_len).collect(), vec![width]].concat()
     };
-    let query = probe(PROBE_QUERY_LEN, dims.query_dim);
+    let probe = |shape: Vec<usize>| -> HostTensor {
+        let values = Tensor::<1>::random([shape.iter().product::<usize>()], Distribution::Normal(0.0, 1.0), &device);
+        HostTensor::from_tensor(values).reshaped(shape)
+    };
+    let attention_axes = resolve_attention_axes(chosen.config.attention_axes.as_deref(), smallest_input_rank(chosen.config.attention_axes.as_deref()))?;
+    let query = probe(probe_shape(|axis| if axis == 1 { PROBE_QUERY_LEN } else { 3 }, dims.query_dim));
     let projected_source = torch_source.as_ref().is_some_and(|t| matches!(t.model, TorchFileModel::Projected(_)));
-    // The projected model is self-attention on one input.
+    // The projected model is self-attention on one input. The value and key differ from the
+    // query on the attention axes only.
+    let source_len = |axis: usize| match (axis == 1, attention_axes.contains(&axis)) {
+        (true, true) => PROBE_SOURCE_LEN,
+        (true, false) => PROBE_QUERY_LEN,
+        (false, true) => 2,
+        (false, false) => 3,
+    };
+    let source_shape = |width: usize| {
+        let rank = query.shape.len();
+        [vec![PROBE_BATCH], (1..rank - 1).map(source_len).collect(), vec![width]].concat()
+    };
     let (value, key) = match projected_source || target == Target::Projected {
         true => (query.clone(), query.clone()),
-        false => (probe(PROBE_SOURCE_LEN, dims.value_input_dim), probe(PROBE_SOURCE_LEN, dims.key_input_dim)),
+        false => (probe(source_shape(dims.value_input_dim)), probe(source_shape(dims.key_input_dim))),
     };
-    // The probe as each vocabulary's call.
-    let keras_call = || -> Result<KerasMhaInput> {
-        Ok(KerasMhaInput::new(query.to_tensor("query", &device)?, value.to_tensor("value", &device)?).key(key.to_tensor("key", &device)?))
-    };
+    let keras_run = |layer: &KerasMha| run_keras_probe(layer, [&query, &value, &key], false, &device).map(|(output, _)| output);
     let torch_call = || -> Result<TorchMhaInput> {
         Ok(TorchMhaInput::new(query.to_tensor("query", &device)?, key.to_tensor("key", &device)?, value.to_tensor("value", &device)?))
     };
-    let run_source = |scores: bool| -> Result<(HostTensor, Option<HostTensor>)> {
-        let output = source.forward(keras_call()?.return_attention_scores(scores))?;
-        Ok((HostTensor::from_tensor(output.output), output.attention_scores.map(|s| HostTensor::from_tensor(s.mean_dim(1).squeeze_dim::<3>(1)))))
-    };
+    let run_source = |scores: bool| run_keras_probe(&source, [&query, &value, &key], scores, &device);
     // The source's own output: the torch layer itself for a PyTorch file.
     let (expected, source_parameters) = match torch_source {
         Some(torch_layer) => match &torch_layer.model {
@@ -166,7 +179,7 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
                 (HostTensor::from_tensor(model.forward(ProjectedInput::new(query.to_tensor("x", &device)?))?.output), Module::num_params(&model))
             }
         },
-        None => (run_source(false)?.0, source.num_params()),
+        None => (keras_run(&source)?, source.num_params()),
     };
     let case = format!("convert_{}", chosen.name);
     let description = format!("layer {} of {}, converted to {target:?}", chosen.name, input.display());
@@ -185,15 +198,19 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
             // Every file read back: the safetensors by name, the .weights.h5 and .keras by Keras' layout.
             let back = model_weights(&TensorFile::read(&out)?.tensors);
             // A weights file holds no call-time arguments: the source's dropout and window apply.
-            let config = model::KerasMhaConfig::from_weights(&back)?.with_dropout(chosen.config.dropout).with_sliding_window(chosen.config.sliding_window);
-            let from_safetensors = HostTensor::from_tensor(config.init_with_weights(&back, &device)?.forward(keras_call()?)?.output);
+            let config = model::KerasMhaConfig::from_weights(&back)?
+                .with_dropout(chosen.config.dropout)
+                .with_sliding_window(chosen.config.sliding_window)
+                .with_attention_axes(chosen.config.attention_axes.clone());
+            let from_safetensors = keras_run(&config.init_with_weights(&back, &device)?)?;
             let mut worst = from_safetensors;
             let mut parameters = 0;
             for written in [&h5, &archive] {
                 let [back] = <[KerasFileLayer; 1]>::try_from(read_keras_file(written)?).map_err(|l| anyhow::anyhow!("{}: {} layers read back", written.display(), l.len()))?;
-                let config = back.config.with_sliding_window(chosen.config.sliding_window);
+                // A .weights.h5 holds neither the window nor the axes: the source's apply.
+                let config = back.config.with_sliding_window(chosen.config.sliding_window).with_attention_axes(chosen.config.attention_axes.clone());
                 let layer = config.init_with_weights(&back.weights, &device)?;
-                let output = HostTensor::from_tensor(layer.forward(keras_call()?)?.output);
+                let output = keras_run(&layer)?;
                 parameters = layer.num_params();
                 if max_difference(&expected, &output) > max_difference(&expected, &worst) {
                     worst = output;
@@ -245,7 +262,7 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
             let probe = [("inputs.query", &query), ("inputs.value", &value), ("inputs.key", &key), ("outputs.output", &expected)];
             keras_fixture(&case, &description, &chosen.config, false, Default::default(), &probe)?.write(&probe_path)?;
             let layer: KerasMha = chosen.config.init(&device)?.try_load_file(&out).map_err(|e| anyhow::anyhow!("cannot read back {}: {e:?}", out.display()))?;
-            (layer.num_params(), HostTensor::from_tensor(layer.forward(keras_call()?)?.output), vec![out, probe_path])
+            (layer.num_params(), keras_run(&layer)?, vec![out, probe_path])
         }
     };
     let max_abs_difference = max_difference(&expected, &converted_output);
@@ -260,6 +277,29 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
         max_abs_difference,
         written,
     })
+}
+
+/// A Keras layer on the probe `[query, value, key]`: [`KerasMha::forward`] on `[B, T, D]`
+/// probes, [`KerasMha::forward_nd`] on probes of rank 4 to 6; with `scores`, the head-averaged
+/// probabilities `[B, T, S]` too (for a torch export: `[B, T, D]` probes only).
+fn run_keras_probe(layer: &KerasMha, [query, value, key]: [&HostTensor; 3], scores: bool, device: &Device) -> Result<(HostTensor, Option<HostTensor>)> {
+    fn nd<const D: usize>(layer: &KerasMha, [query, value, key]: [&HostTensor; 3], device: &Device) -> Result<HostTensor> {
+        let mut input = KerasMhaNdInput::new(query.to_tensor::<D>("query", device)?, value.to_tensor("value", device)?);
+        input.key = Some(key.to_tensor("key", device)?);
+        Ok(HostTensor::from_tensor(layer.forward_nd(input)?.output))
+    }
+    let probe = [query, value, key];
+    match query.shape.len() {
+        3 => {
+            let input = KerasMhaInput::new(query.to_tensor("query", device)?, value.to_tensor("value", device)?).key(key.to_tensor("key", device)?);
+            let output = layer.forward(input.return_attention_scores(scores))?;
+            Ok((HostTensor::from_tensor(output.output), output.attention_scores.map(|s| HostTensor::from_tensor(s.mean_dim(1).squeeze_dim::<3>(1)))))
+        }
+        4 => Ok((nd::<4>(layer, probe, device)?, None)),
+        5 => Ok((nd::<5>(layer, probe, device)?, None)),
+        6 => Ok((nd::<6>(layer, probe, device)?, None)),
+        rank => bail!("a probe of rank {rank}: ranks 3 to 6 are run"),
+    }
 }
 
 fn read_layers(input: &Path, num_heads: Option<usize>) -> Result<Vec<SourceLayer>> {
@@ -302,7 +342,7 @@ fn arguments(layer: &KerasFileLayer) -> String {
     let c = &layer.config;
     match c.dims() {
         Ok(d) => format!(
-            "num_heads={}, key_dim={}, value_dim={}, output_shape={}, use_bias={}, dropout={}{}{}; query/key/value widths {}/{}/{}",
+            "num_heads={}, key_dim={}, value_dim={}, output_shape={}, use_bias={}, dropout={}{}{}{}; query/key/value widths {}/{}/{}",
             d.num_heads,
             d.key_dim,
             d.value_dim,
@@ -311,6 +351,7 @@ fn arguments(layer: &KerasFileLayer) -> String {
             c.dropout,
             if c.use_gate { ", use_gate=True" } else { "" },
             c.sliding_window.map(|w| format!(", sliding_window={w}")).unwrap_or_default(),
+            c.attention_axes.as_ref().map(|a| format!(", attention_axes={a:?}")).unwrap_or_default(),
             d.query_dim,
             d.key_input_dim,
             d.value_input_dim

@@ -168,6 +168,7 @@ pub fn keras_fixture(case: &str, description: &str, layer: &KerasMhaConfig, caus
         "dropout": layer.dropout,
         "use_gate": layer.use_gate,
         "sliding_window": layer.sliding_window,
+        "attention_axes": layer.attention_axes,
         "self_attention": !has_key,
         "has_key": has_key,
         "has_attention_mask": false,
