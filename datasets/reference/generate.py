@@ -18,6 +18,8 @@ Usage::
     python generate.py                      # every case, into this script's folder
     python generate.py --out /tmp/fixtures  # elsewhere
     python generate.py --only keras_causal torch_attn_mask
+
+Without ``--only`` it also writes ``initializers.json`` (statistics of Keras' initializers' draws).
 """
 
 # torch, with torch._dynamo (which loads triton's LLVM), must be imported before tensorflow: the other order aborts
@@ -84,6 +86,9 @@ class Keras:
     # Embedding(mask_zero=True) or Masking attach it), value_mask [B, S] and key_mask [B, S].
     sliding_window: Optional[int] = None
     use_gate: bool = False
+    # The constructor's dropout rate; the fixture calls are inference calls (no dropout is drawn), but
+    # a layer with dropout > 0 takes Keras' explicit-softmax path, whose fully masked rows are zero.
+    dropout: float = 0.0
     query_mask_lengths: Optional[tuple] = None
     value_mask_lengths: Optional[tuple] = None
     key_mask_lengths: Optional[tuple] = None
@@ -141,6 +146,8 @@ class Torch:
     is_causal: bool = False
     add_zero_attn: bool = False
     add_bias_kv: bool = False
+    # The constructor's dropout rate; the module is in eval mode, where torch applies no dropout.
+    dropout: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -192,6 +199,7 @@ CASES = {
     "keras_use_gate": Keras("EXTRA: use_gate=True (sigmoid gate (Dq, h, v) on the query, multiplied into the attention output), value_dim=3, cross-attention", num_heads=2, key_dim=4, value_dim=3, query_len=7, source_len=9, value_input_dim=6, use_gate=True),
     "keras_use_gate_nobias_causal": Keras("EXTRA: use_gate=True without biases, use_causal_mask and key padding (8, 3), self-attention", num_heads=3, key_dim=2, query_len=8, self_attention=True, use_bias=False, use_gate=True, use_causal_mask=True, valid_lengths=(8, 3)),
     "keras_causal_t5_s9_padding": Keras("EXTRA: use_causal_mask with T=5 < S=9 (top-left aligned) ANDed with key padding (9, 4)", num_heads=2, key_dim=3, query_len=5, source_len=9, value_input_dim=8, use_causal_mask=True, valid_lengths=(9, 4)),
+    "keras_dropout_inference_fully_masked": Keras("EXTRA: dropout=0.3 in an inference call: nothing is dropped, but the layer takes Keras' explicit-softmax path, so the fully masked query row (0, 1) and batch element 1 get zero attention in the default call too (outputs.output = outputs.output_with_scores)", num_heads=2, key_dim=3, batch=2, query_len=5, source_len=6, value_input_dim=4, dropout=0.3, fully_masked=((0, 1), (1, None))),
     # keras.layers.MultiHeadAttention(attention_axes=...) on inputs of rank 4 and 5
     "keras_nd_axes_1_2": KerasNd("EXTRA: attention_axes=(1, 2) on [B, 3, 4, 6] self-attention: one softmax over the 12 positions of both axes", num_heads=2, key_dim=3, query_shape=(2, 3, 4, 6), attention_axes=(1, 2)),
     "keras_nd_default_axes_cross_mask": KerasNd("EXTRA: attention_axes=None on rank-4 inputs (Keras' default: axes 1 and 2), cross-attention [2, 3, 2, 5] -> [2, 2, 3, 4], value_dim=3, attention_mask [B, T1, T2, S1, S2] with a fully masked query row", num_heads=3, key_dim=2, value_dim=3, query_shape=(2, 3, 2, 5), source_shape=(2, 2, 3, 4), attention_axes=None, mask_shape=(2, 3, 2, 2, 3)),
@@ -207,6 +215,7 @@ CASES = {
     "torch_add_zero_attn": Torch("EXTRA: add_zero_attn=True (a zero key and value appended after the projections; the weights have S+1 columns), key padding (7, 3) and a fully masked query row (2), cross-attention with kdim=5, vdim=6", embed_dim=8, num_heads=2, query_len=5, source_len=7, kdim=5, vdim=6, key_padding_lengths=(7, 3), masked_query_rows=(2,), add_zero_attn=True),
     "torch_add_bias_kv": Torch("EXTRA: add_bias_kv=True (learned rows bias_k, bias_v appended to the projected keys and values), a causal attn_mask and key padding (10, 4), self-attention", embed_dim=8, num_heads=2, self_attention=True, causal_attn_mask=True, key_padding_lengths=(10, 4), add_bias_kv=True),
     "torch_add_bias_kv_zero_attn": Torch("EXTRA: add_bias_kv and add_zero_attn together (the bias row first, then the zero row), cross-attention kdim=5, vdim=3, no bias in the projections", embed_dim=6, num_heads=3, query_len=4, source_len=6, kdim=5, vdim=3, bias=False, add_bias_kv=True, add_zero_attn=True),
+    "torch_dropout_eval": Torch("EXTRA: dropout=0.4 in eval mode: torch applies no dropout (to the weights or the output); key padding (8, 5), cross-attention", embed_dim=8, num_heads=2, query_len=6, source_len=8, key_padding_lengths=(8, 5), dropout=0.4),
     "torch_attn_mask": Torch("self-attention with 2D bool attn_mask [T,S] (causal: True above diagonal)", self_attention=True, causal_attn_mask=True),
     "torch_kdim_vdim": Torch("kdim=10, vdim=7 (separate q/k/v_proj_weight), T=6, S=8", query_len=6, source_len=8, kdim=10, vdim=7),
     "torch_key_padding_mask": Torch("cross-attention (distinct q/k/v, T=9, S=12) with key_padding_mask (valid lengths 12, 8)", query_len=9, source_len=12, key_padding_lengths=(12, 8)),
@@ -360,11 +369,11 @@ def keras_variables(layer):
 
 
 def make_keras_mha(weights, dtype, num_heads, key_dim, value_dim=None, output_shape=None, use_bias=True,
-                   sliding_window=None, use_gate=False):
+                   sliding_window=None, use_gate=False, dropout=0.0):
     """A built Keras MHA in ``dtype`` holding ``weights`` (float32 arrays, cast up exactly)."""
     layer = keras.layers.MultiHeadAttention(num_heads=num_heads, key_dim=key_dim, value_dim=value_dim,
                                             output_shape=output_shape, use_bias=use_bias, dtype=dtype,
-                                            sliding_window=sliding_window, use_gate=use_gate)
+                                            sliding_window=sliding_window, use_gate=use_gate, dropout=dropout)
     dq, dk, dv = (weights[f"{k}.kernel"].shape[0] for k in ("query", "key", "value"))
     layer.build((None, None, dq), (None, None, dv), (None, None, dk))
     variables = keras_variables(layer)
@@ -408,10 +417,10 @@ def to_torch(weights, dtype):
 
 
 def make_torch_mha(weights, dtype, embed_dim, num_heads, kdim=None, vdim=None, bias_=True, add_zero_attn=False,
-                   add_bias_kv=False):
+                   add_bias_kv=False, dropout=0.0):
     """An eval-mode MultiheadAttention(batch_first=True) in ``dtype`` holding ``weights``."""
     mha = torch.nn.MultiheadAttention(embed_dim, num_heads, bias=bias_, kdim=kdim, vdim=vdim, batch_first=True,
-                                      dtype=dtype, add_zero_attn=add_zero_attn, add_bias_kv=add_bias_kv)
+                                      dtype=dtype, add_zero_attn=add_zero_attn, add_bias_kv=add_bias_kv, dropout=dropout)
     mha.load_state_dict(to_torch(weights, dtype), strict=True)
     return mha.eval()
 
@@ -504,14 +513,14 @@ def keras_case(case, c):
 
     layer_args = dict(num_heads=c.num_heads, key_dim=c.key_dim, value_dim=c.value_dim, output_shape=c.output_shape,
                       use_bias=c.use_bias, use_causal_mask=c.use_causal_mask, sliding_window=c.sliding_window,
-                      use_gate=c.use_gate)
+                      use_gate=c.use_gate, dropout=c.dropout)
     ref, drift = reference_and_drift(lambda dtype: run_keras(weights, inputs, dtype, **layer_args))
     config = {
         "framework": "keras", "framework_version": keras.__version__, "backend": "tensorflow",
         "backend_version": tf.__version__, "case": case, "description": c.description, "seed": seed_of(case),
         "num_heads": c.num_heads, "key_dim": c.key_dim, "value_dim": value_dim, "value_dim_arg": c.value_dim,
         "use_bias": c.use_bias, "output_shape": c.output_shape, "use_causal_mask": c.use_causal_mask,
-        "attention_axes": None, "dropout": 0.0, "self_attention": c.self_attention,
+        "attention_axes": None, "dropout": c.dropout, "self_attention": c.self_attention,
         "has_key": "inputs.key" in inputs, "has_attention_mask": "inputs.attention_mask" in inputs,
         "sliding_window": c.sliding_window, "use_gate": c.use_gate,
         "has_query_mask": "inputs.query_mask" in inputs, "has_value_mask": "inputs.value_mask" in inputs,
@@ -643,7 +652,8 @@ def torch_case(case, c):
 
     def run(dtype):
         dtype = getattr(torch, dtype)
-        mha = make_torch_mha(weights, dtype, e, c.num_heads, c.kdim, c.vdim, c.bias, c.add_zero_attn, c.add_bias_kv)
+        mha = make_torch_mha(weights, dtype, e, c.num_heads, c.kdim, c.vdim, c.bias, c.add_zero_attn, c.add_bias_kv,
+                             c.dropout)
         kw = {name.split(".", 1)[1]: m for name, m in masks.items()}
         args = (inputs["inputs.query"], inputs["inputs.key"], inputs["inputs.value"], dtype)
         out, attn = run_torch_mha(mha, *args, is_causal=c.is_causal, **kw)
@@ -660,6 +670,7 @@ def torch_case(case, c):
     config["is_causal"] = c.is_causal
     config["add_zero_attn"] = c.add_zero_attn
     config["add_bias_kv"] = c.add_bias_kv
+    config["dropout"] = c.dropout
     return {**inputs, **masks, **weights, **ref}, config
 
 
@@ -777,6 +788,37 @@ KINDS = {Keras: keras_case, KerasNd: keras_nd_case, Torch: torch_case, Projected
 PREFIXES = ("keras_", "torch_", "projected_", "conversion_")
 
 
+# Keras' initializers, as MultiHeadAttention applies them: statistics of the real draws
+INITIALIZERS = ["glorot_uniform", "glorot_normal", "he_uniform", "he_normal", "lecun_uniform", "lecun_normal", "zeros",
+                "ones", "random_normal", "random_uniform", "truncated_normal",
+                {"class_name": "VarianceScaling", "config": {"scale": 0.5, "mode": "fan_out", "distribution": "untruncated_normal"}},
+                {"class_name": "RandomUniform", "config": {"minval": -0.2, "maxval": 0.3}},
+                {"class_name": "GlorotUniform", "config": {"seed": 7}}]
+
+
+def initializer_stats(out):
+    """``initializers.json``: for each initializer (as kernel_initializer and bias_initializer of
+    MultiHeadAttention(num_heads=8, key_dim=32) on Dq=64, Dv=48, so the fans of every kernel differ), every
+    variable's shape and the mean, std, min and max of Keras' draw, and whether the query and key kernels came out
+    identical (Keras' rule for a seeded initializer when their shapes agree)."""
+    entries = []
+    for initializer in INITIALIZERS:
+        layer = keras.layers.MultiHeadAttention(num_heads=8, key_dim=32, kernel_initializer=initializer,
+                                                bias_initializer=initializer)
+        layer.build((None, None, 64), (None, None, 48), (None, None, 64))
+        variables = {name: np.asarray(var, np.float64) for name, var in keras_variables(layer).items()}
+        entries.append({
+            "initializer": initializer,
+            "equal_query_key_kernels": bool(np.array_equal(variables["query.kernel"], variables["key.kernel"])),
+            "variables": {name: {"shape": list(v.shape), "mean": float(v.mean()), "std": float(v.std()),
+                                 "min": float(v.min()), "max": float(v.max())} for name, v in variables.items()},
+        })
+    with open(out / "initializers.json", "w") as f:
+        json.dump({"keras": keras.__version__, "layer": "MultiHeadAttention(num_heads=8, key_dim=32), query [B, T, 64], "
+                   "value [B, S, 48], key [B, S, 64]", "entries": entries}, f, indent=1)
+        f.write("\n")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent, help="output folder")
@@ -791,6 +833,9 @@ def main():
         save_fixture(args.out / f"{case}.safetensors", tensors, config)
         print(f"{case}: {len(tensors)} tensors, {time.time() - start:.1f}s", flush=True)
     write_index(args.out, PREFIXES)
+    if not args.only:
+        initializer_stats(args.out)
+        print("initializers.json: statistics of Keras' initializers", flush=True)
 
 
 if __name__ == "__main__":

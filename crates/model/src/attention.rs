@@ -6,9 +6,10 @@
 use burn::tensor::activation::softmax;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::{Bool, Device, Distribution, Tensor};
+use burn::tensor::{Bool, Device, Distribution, Tensor, TensorData};
 
 use crate::fused;
+use crate::rng::Rng;
 
 /// The logit given to a blocked (query, key) pair.
 ///
@@ -83,14 +84,40 @@ pub fn masked_softmax(logits: Tensor<4>, blocked: Option<Tensor<4, Bool>>, rows:
     }
 }
 
+/// Dropout on the attention probabilities of one call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProbsDropout {
+    /// The rate; 0 = no dropout.
+    pub rate: f64,
+    /// A seeded layer's `(seed, call index)`: the keep-mask is drawn on the host from it, so the
+    /// same seed gives the same masks on every backend. `None`: the backend's generator.
+    pub seed: Option<[u64; 2]>,
+}
+
+impl ProbsDropout {
+    pub const NONE: Self = Self { rate: 0.0, seed: None };
+
+    pub fn active(&self) -> bool {
+        self.rate > 0.0
+    }
+}
+
 /// Inverted dropout on attention probabilities: keeps each entry with probability `1 - rate` and
 /// scales the kept ones by `1 / (1 - rate)`, as Keras' and torch's `Dropout` do.
-pub fn dropout_probs(probs: Tensor<4>, rate: f64) -> Tensor<4> {
-    if rate <= 0.0 {
+pub fn dropout_probs(probs: Tensor<4>, dropout: ProbsDropout) -> Tensor<4> {
+    if !dropout.active() {
         return probs;
     }
-    let keep = Tensor::<4>::random(probs.shape(), Distribution::Bernoulli(1.0 - rate), &probs.device()); // [B, h, T, S]
-    probs * keep.div_scalar(1.0 - rate) // [B, h, T, S]
+    let keep = match dropout.seed {
+        None => Tensor::<4>::random(probs.shape(), Distribution::Bernoulli(1.0 - dropout.rate), &probs.device()), // [B, h, T, S]
+        Some(seed) => {
+            let mut rng = Rng::from_parts(&seed);
+            let dims = probs.dims();
+            let keep: Vec<f32> = (0..dims.iter().product::<usize>()).map(|_| f32::from(rng.uniform() >= dropout.rate)).collect();
+            Tensor::from_data(TensorData::new(keep, dims), &probs.device()) // [B, h, T, S]
+        }
+    };
+    probs * keep.div_scalar(1.0 - dropout.rate) // [B, h, T, S]
 }
 
 /// Splits the feature axis into heads: `[B, L, h * d] -> [B, L, h, d]` (no data moves).
@@ -151,10 +178,10 @@ pub fn attend(
     v: Tensor<4>,                      // [B, h, S, dv]
     blocked: Option<Tensor<4, Bool>>, // [B, h, T, S]
     rows: FullyMaskedRows,
-    dropout: f64,
+    dropout: ProbsDropout,
     keep_probs: bool,
 ) -> (Tensor<4>, Option<Tensor<4>>) {
-    if keep_probs || dropout > 0.0 {
+    if keep_probs || dropout.active() {
         let probs = masked_softmax(logits, blocked, rows); // [B, h, T, S]
         let context = dropout_probs(probs.clone(), dropout).matmul(v); // [B, h, T, dv]
         return (context, keep_probs.then_some(probs));

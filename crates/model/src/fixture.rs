@@ -217,7 +217,8 @@ pub fn run(fixture: &Fixture, backend: &str, device: &Device) -> Result<Vec<Chec
                 .with_vdim(fixture.opt_usize("vdim")?)
                 .with_bias(fixture.bool("bias")?)
                 .with_add_zero_attn(fixture.config.get("add_zero_attn").and_then(Value::as_bool).unwrap_or(false))
-                .with_add_bias_kv(fixture.config.get("add_bias_kv").and_then(Value::as_bool).unwrap_or(false));
+                .with_add_bias_kv(fixture.config.get("add_bias_kv").and_then(Value::as_bool).unwrap_or(false))
+                .with_dropout(fixture.config.get("dropout").and_then(Value::as_f64).unwrap_or(0.0));
             let outputs = run_torch(fixture, &config, device)?;
             for (name, ours) in outputs {
                 check(&name, ours, &format!("outputs.{name}"))?;

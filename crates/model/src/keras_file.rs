@@ -29,6 +29,7 @@ use hdf5_pure::AttrValue;
 use serde_json::Value;
 
 use crate::error::{ModelError, Result};
+use crate::initializer::KerasInitializer;
 use crate::keras_mha::KerasMhaConfig;
 use crate::weights::{HostTensor, WeightMap, write_atomic};
 
@@ -40,19 +41,15 @@ const SUBLAYERS: [(&str, &str); 4] =
 const GATE: (&str, &str) = ("_gate_dense", "gate"); // no public property: Keras keeps the underscore
 
 /// Constructor arguments that do not change what a trained layer computes.
-const INERT_ARGUMENTS: [&str; 13] = [
+const INERT_ARGUMENTS: [&str; 9] = [
     "name",
     "trainable",
     "dtype",
-    "kernel_initializer",
-    "bias_initializer",
     "kernel_regularizer",
     "bias_regularizer",
     "activity_regularizer",
     "kernel_constraint",
     "bias_constraint",
-    "seed",
-    "flash_attention",
     "is_causal",
 ];
 
@@ -228,6 +225,11 @@ fn config_from_arguments(file: &Path, name: &str, arguments: &Value, weights: &W
             }
             "use_gate" => config.use_gate = value.as_bool().ok_or_else(|| bad(argument, format!("{value} is not a boolean")))?,
             "sliding_window" => config.sliding_window = value.as_u64().map(|w| w as usize),
+            "kernel_initializer" => config.kernel_initializer = KerasInitializer::from_keras(value).map_err(|e| bad(argument, e.to_string()))?,
+            "bias_initializer" => config.bias_initializer = KerasInitializer::from_keras(value).map_err(|e| bad(argument, e.to_string()))?,
+            "seed" if value.is_null() => config.seed = None,
+            "seed" => config.seed = Some(value.as_u64().ok_or_else(|| bad(argument, format!("{value} is not a non-negative integer")))?),
+            "flash_attention" => config.flash_attention = value.as_bool().unwrap_or(false),
             inert if INERT_ARGUMENTS.contains(&inert) => {}
             other => return Err(bad(other, format!("{value}: an argument this crate does not know; refusing rather than guessing its meaning"))),
         }
@@ -327,9 +329,9 @@ fn functional_config(name: &str, config: &KerasMhaConfig) -> Result<Value> {
             "dtype": { "module": "keras", "class_name": "DTypePolicy", "config": { "name": "float32" }, "registered_name": null },
             "num_heads": d.num_heads, "key_dim": d.key_dim, "value_dim": d.value_dim, "dropout": config.dropout,
             "use_bias": config.use_bias, "use_gate": config.use_gate, "output_shape": output_shape, "attention_axes": attention_axes, "sliding_window": config.sliding_window,
-            "kernel_initializer": { "module": "keras.initializers", "class_name": "GlorotUniform", "config": { "seed": null, "input_axes": null, "output_axes": null }, "registered_name": null },
-            "bias_initializer": { "module": "keras.initializers", "class_name": "Zeros", "config": {}, "registered_name": null },
-            "kernel_regularizer": null, "bias_regularizer": null, "activity_regularizer": null, "kernel_constraint": null, "bias_constraint": null, "seed": null,
+            "kernel_initializer": config.kernel_initializer.to_keras(), "bias_initializer": config.bias_initializer.to_keras(),
+            "kernel_regularizer": null, "bias_regularizer": null, "activity_regularizer": null, "kernel_constraint": null, "bias_constraint": null,
+            "seed": config.seed, "flash_attention": config.flash_attention,
         },
         "build_config": { "shapes_dict": {
             "query_shape": shape(d.query_dim), "value_shape": shape(d.value_input_dim), "key_shape": shape(d.key_input_dim),

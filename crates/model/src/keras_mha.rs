@@ -33,15 +33,19 @@
 //! must share one width; Keras sizes heads (`key_dim`, `value_dim`) and output (`output_shape`)
 //! independently of the inputs.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use burn::config::Config;
 use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::activation::sigmoid;
-use burn::tensor::{Bool, Device, Tensor};
+use burn::tensor::{Bool, Device, Distribution, Tensor, TensorData};
 
-use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, burn_fused_attention, merge_heads, scaled_logits, split_heads, transpose_heads};
+use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, ProbsDropout, attend, burn_fused_attention, merge_heads, scaled_logits, split_heads, transpose_heads};
 use crate::fused::{self, BoolMask, FusedCall, linear_forward};
-use crate::dense::{keras_glorot_linear, linear, linear_weights};
+use crate::dense::{linear, linear_weights};
+use crate::initializer::{KerasInitializer, keras_fans};
 use crate::error::{ModelError, Result};
 use crate::weights::WeightMap;
 
@@ -81,6 +85,20 @@ pub struct KerasMhaConfig {
     /// Keras' `sliding_window`: query `t` may attend key `s` only if `|t - s| < window` (a
     /// symmetric band, ANDed with every other mask).
     pub sliding_window: Option<usize>,
+    /// Keras' `kernel_initializer` for the dense layers' kernels.
+    #[config(default = "KerasInitializer::glorot_uniform()")]
+    pub kernel_initializer: KerasInitializer,
+    /// Keras' `bias_initializer`.
+    #[config(default = "KerasInitializer::zeros()")]
+    pub bias_initializer: KerasInitializer,
+    /// Keras' `seed`, which seeds the dropout layer: the keep-masks of successive training calls
+    /// are drawn from `(seed, call index)`, the same on every backend. `None`: the backend's
+    /// generator.
+    pub seed: Option<u64>,
+    /// Keras' `flash_attention`: a request for the backend's flash kernel, which computes the
+    /// same function. As in Keras it cannot be combined with dropout or returned scores.
+    #[config(default = false)]
+    pub flash_attention: bool,
 }
 
 /// The sizes of a validated [`KerasMhaConfig`], every default resolved.
@@ -119,6 +137,9 @@ impl KerasMhaConfig {
         if self.attention_axes.as_ref().is_some_and(Vec::is_empty) {
             return Err(ModelError::config("attention_axes", "[]", "must name at least one axis (None = Keras' default)"));
         }
+        if self.flash_attention && self.dropout > 0.0 {
+            return Err(ModelError::config("flash_attention", true, format!("cannot be combined with dropout = {} (Keras' rule: its flash kernel has no dropout)", self.dropout)));
+        }
         if self.sliding_window == Some(0) {
             return Err(ModelError::config("sliding_window", 0, "must be a positive integer (Keras' rule)"));
         }
@@ -155,15 +176,24 @@ impl KerasMhaConfig {
             .with_use_gate(weights.contains(KERAS_GATE.kernel)))
     }
 
-    /// A layer with Keras' default initialisation (Glorot-uniform kernels, zero biases).
+    /// A layer initialised by `kernel_initializer` and `bias_initializer` (Keras' defaults:
+    /// Glorot-uniform kernels, zero biases), drawn on the host (see [`crate::initializer`]). An
+    /// initializer without a seed takes its seeds from `device`'s generator, so seeding the
+    /// device makes the weights reproducible.
     pub fn init(&self, device: &Device) -> Result<KerasMha> {
         let d = self.dims()?;
-        let glorot = |dense: &KerasDense, kernel_shape: [usize; 3]| {
+        let dense_layer = |dense: &KerasDense, kernel_shape: [usize; 3]| {
+            // Keras 3.15 gives an EinsumDense kernel the fans of its input and output axes.
             let (rows, cols) = dense.matrix_shape(kernel_shape);
-            keras_glorot_linear(&kernel_shape, rows, cols, self.use_bias, device)
+            let kernel = self.kernel_initializer.sample(&kernel_shape, (rows, cols), fresh_seed(device));
+            let bias = self.use_bias.then(|| {
+                let shape = dense.bias_shape(kernel_shape);
+                Tensor::from_data(TensorData::new(self.bias_initializer.sample(&shape, keras_fans(&shape), fresh_seed(device)), [cols]), device)
+            });
+            linear(Tensor::from_data(TensorData::new(kernel, [rows, cols]), device), bias)
         };
-        let layers = KERAS_DENSE.iter().zip(d.kernel_shapes()).map(|(dense, kernel_shape)| glorot(dense, kernel_shape));
-        let gate = self.use_gate.then(|| glorot(&KERAS_GATE, d.gate_shape()));
+        let layers = KERAS_DENSE.iter().zip(d.kernel_shapes()).map(|(dense, kernel_shape)| dense_layer(dense, kernel_shape));
+        let gate = self.use_gate.then(|| dense_layer(&KERAS_GATE, d.gate_shape()));
         Ok(KerasMha::from_layers(layers.collect(), gate, d, self))
     }
 
@@ -260,6 +290,13 @@ pub struct KerasMha {
     /// Keras' `attention_axes` (see [`KerasMhaConfig::attention_axes`]).
     #[module(skip)]
     pub attention_axes: Option<Vec<i64>>,
+    /// Keras' `seed` for the dropout layer (see [`KerasMhaConfig::seed`]).
+    pub seed: Option<u64>,
+    /// Training calls with dropout so far: the index of the next keep-mask of a seeded layer.
+    #[module(skip)]
+    pub dropout_calls: Arc<AtomicU64>,
+    /// Keras' `flash_attention` (see [`KerasMhaConfig::flash_attention`]).
+    pub flash_attention: bool,
 }
 
 /// The arguments of one call, named as Keras names them.
@@ -408,6 +445,9 @@ impl KerasMha {
             dropout: config.dropout,
             sliding_window: config.sliding_window,
             attention_axes: config.attention_axes.clone(),
+            seed: config.seed,
+            dropout_calls: Arc::default(),
+            flash_attention: config.flash_attention,
         }
     }
 
@@ -440,6 +480,7 @@ impl KerasMha {
     /// the decomposed path of [`KerasMha::forward_exact`].
     pub fn forward(&self, input: KerasMhaInput) -> Result<KerasMhaOutput> {
         self.check_sequence_axis()?;
+        self.check_flash(input.return_attention_scores)?;
         let rows = self.fully_masked_rows(input.return_attention_scores);
         self.forward_fastest(self.fold_masks(input)?, rows)
     }
@@ -449,6 +490,14 @@ impl KerasMha {
         self.check_sequence_axis()?;
         let rows = self.fully_masked_rows(input.return_attention_scores);
         self.forward_path(self.fold_masks(input)?, AttentionPath::Exact, rows)
+    }
+
+    /// Keras refuses to return scores from a layer built with `flash_attention`.
+    pub(crate) fn check_flash(&self, return_attention_scores: bool) -> Result<()> {
+        match self.flash_attention && return_attention_scores {
+            true => Err(ModelError::config("flash_attention", true, "returning attention scores is not supported with flash attention (Keras' rule); build the layer without it")),
+            false => Ok(()),
+        }
     }
 
     /// [`KerasMha::forward`] takes `[B, T, D]` inputs, so the layer must attend over axis 1.
@@ -502,7 +551,10 @@ impl KerasMha {
             AttentionPath::Exact => {
                 let blocked = blocked_pairs(input.attention_mask, input.use_causal_mask, [batch, h, query_len, source_len], &q.device());
                 let logits = scaled_logits(q, kk, scale); // [B, h, T, S]
-                let dropout = if input.training { self.dropout } else { 0.0 };
+                let dropout = match input.training && self.dropout > 0.0 {
+                    true => ProbsDropout { rate: self.dropout, seed: self.seed.map(|seed| [seed, self.dropout_calls.fetch_add(1, Ordering::Relaxed)]) },
+                    false => ProbsDropout::NONE,
+                };
                 let (context, probs) = attend(logits, transpose_heads(v), blocked, rows, dropout, input.return_attention_scores); // [B, h, T, v], [B, h, T, S]
                 (transpose_heads(context), probs) // [B, T, h, v]
             }
@@ -603,12 +655,20 @@ impl KerasMha {
             .with_sliding_window(self.sliding_window)
             .with_use_gate(self.gate.is_some())
             .with_attention_axes(self.attention_axes.clone())
+            .with_seed(self.seed)
+            .with_flash_attention(self.flash_attention)
     }
 
     /// Number of trainable scalars (Keras' `count_params()`).
     pub fn num_params(&self) -> usize {
         Module::num_params(self)
     }
+}
+
+/// A seed for one unseeded draw, from `device`'s generator (so `device.seed(..)` fixes it).
+fn fresh_seed(device: &Device) -> u64 {
+    let bits = Tensor::<1>::random([2], Distribution::Uniform(0.0, 1.0), device).into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
+    bits.iter().fold(0u64, |seed, b| (seed << 32) | (b * u32::MAX as f32) as u64)
 }
 
 /// The blocked (query, key) pairs, true = may NOT attend, from a Keras mask (true = may attend)

@@ -167,6 +167,7 @@ impl KerasMha {
         if D < 3 {
             return Err(ModelError::InputShape { input: "query", expected: "rank 3 or more: [B, ..., D]".into(), found: input.query.dims().to_vec() });
         }
+        self.check_flash(input.return_attention_scores)?;
         let layout = AxisLayout::<D>::new(resolve_attention_axes(self.attention_axes.as_deref(), D)?);
         let query_dims = input.query.dims();
         let value_dims = input.value.dims();

@@ -27,7 +27,7 @@ use burn::module::{Module, Param};
 use burn::nn::{Initializer, Linear};
 use burn::tensor::{Bool, Device, Tensor};
 
-use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, burn_fused_attention, dropout_probs, masked_softmax, merge_heads, scaled_logits, split_heads, transpose_heads};
+use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, burn_fused_attention, dropout_probs, ProbsDropout, masked_softmax, merge_heads, scaled_logits, split_heads, transpose_heads};
 use crate::fused::{self, BoolMask, FusedCall, linear_forward};
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
@@ -418,7 +418,7 @@ impl TorchMha {
             }
             AttentionPath::Exact => {
                 let (blocked, bias) = blocked_and_bias(key_padding_mask, attn_mask, shape)?;
-                let dropout = if input.training { self.dropout } else { 0.0 };
+                let dropout = ProbsDropout { rate: if input.training { self.dropout } else { 0.0 }, seed: None }; // torch draws from its global generator
                 let v = transpose_heads(v); // [B, h, S, E/h]
                 let logits = scaled_logits(q, k, scale); // [B, h, T, S]
                 let logits = match bias {

@@ -13,7 +13,7 @@ pub mod plot;
 pub mod progress;
 pub mod paths;
 pub mod report;
-pub mod rng;
+pub use model::rng;
 pub mod run;
 pub mod study;
 pub mod task;

@@ -1,5 +1,5 @@
-//! A small, stable pseudo-random generator, so the task's data is the same on every machine,
-//! backend and crate version (SplitMix64 seeding, xoshiro256** stream, Box-Muller normals).
+//! A small, stable pseudo-random generator, so data and seeded initial weights are the same on
+//! every machine, backend and crate version (SplitMix64 seeding, xoshiro256** stream, Box-Muller normals).
 
 pub struct Rng {
     state: [u64; 4],
