@@ -148,6 +148,9 @@ class Torch:
     add_bias_kv: bool = False
     # The constructor's dropout rate; the module is in eval mode, where torch applies no dropout.
     dropout: float = 0.0
+    # attn_mask as a float [B*h, T, S] added to the logits: N(0, 1) values, -inf where s > t + 2 in
+    # every other head (drawn after everything else; combined with causal_attn_mask it is an error).
+    float_attn_mask: bool = False
 
 
 @dataclass(frozen=True)
@@ -216,6 +219,7 @@ CASES = {
     "torch_add_bias_kv": Torch("EXTRA: add_bias_kv=True (learned rows bias_k, bias_v appended to the projected keys and values), a causal attn_mask and key padding (10, 4), self-attention", embed_dim=8, num_heads=2, self_attention=True, causal_attn_mask=True, key_padding_lengths=(10, 4), add_bias_kv=True),
     "torch_add_bias_kv_zero_attn": Torch("EXTRA: add_bias_kv and add_zero_attn together (the bias row first, then the zero row), cross-attention kdim=5, vdim=3, no bias in the projections", embed_dim=6, num_heads=3, query_len=4, source_len=6, kdim=5, vdim=3, bias=False, add_bias_kv=True, add_zero_attn=True),
     "torch_dropout_eval": Torch("EXTRA: dropout=0.4 in eval mode: torch applies no dropout (to the weights or the output); key padding (8, 5), cross-attention", embed_dim=8, num_heads=2, query_len=6, source_len=8, key_padding_lengths=(8, 5), dropout=0.4),
+    "torch_float_attn_mask_3d": Torch("EXTRA: a float attn_mask [B*h, T, S] added to the logits (N(0, 1) values, -inf where s > t + 2 in every other head) with key padding (9, 5); cross-attention T=7 < S=9", embed_dim=8, num_heads=2, query_len=7, source_len=9, key_padding_lengths=(9, 5), float_attn_mask=True),
     "torch_attn_mask": Torch("self-attention with 2D bool attn_mask [T,S] (causal: True above diagonal)", self_attention=True, causal_attn_mask=True),
     "torch_kdim_vdim": Torch("kdim=10, vdim=7 (separate q/k/v_proj_weight), T=6, S=8", query_len=6, source_len=8, kdim=10, vdim=7),
     "torch_key_padding_mask": Torch("cross-attention (distinct q/k/v, T=9, S=12) with key_padding_mask (valid lengths 12, 8)", query_len=9, source_len=12, key_padding_lengths=(12, 8)),
@@ -435,7 +439,8 @@ def make_projected(weights, dtype, in_features, embed_dim, num_heads):
 
 def run_torch_mha(mha, query, key, value, dtype, need_weights=True, is_causal=False, **masks):
     """MultiheadAttention forward (reference Python path: the fast path is disabled at import) as float64 numpy."""
-    masks = {k: torch.from_numpy(v.astype(bool)) for k, v in masks.items()}
+    # Float masks are added to the logits in the run's dtype; the others are boolean.
+    masks = {k: torch.from_numpy(v).to(dtype) if v.dtype == np.float32 else torch.from_numpy(v.astype(bool)) for k, v in masks.items()}
     with torch.no_grad():
         out, weights = mha(*(torch.from_numpy(a).to(dtype) for a in (query, key, value)), need_weights=need_weights,
                            average_attn_weights=True, is_causal=is_causal, **masks)
@@ -643,11 +648,18 @@ def torch_case(case, c):
         attn[list(c.masked_query_rows), :] = True
         masks["inputs.attn_mask"] = attn
     masks = {k: v.astype(np.uint8) for k, v in masks.items()}
-    forbidden = np.zeros((c.batch, c.query_len, s), bool)
+    forbidden = np.zeros((c.batch, c.num_heads, c.query_len, s), bool)
     if "inputs.key_padding_mask" in masks:
-        forbidden |= masks["inputs.key_padding_mask"].astype(bool)[:, None, :]
+        forbidden |= masks["inputs.key_padding_mask"].astype(bool)[:, None, None, :]
     if "inputs.attn_mask" in masks:
-        forbidden |= masks["inputs.attn_mask"].astype(bool)[None]
+        forbidden |= masks["inputs.attn_mask"].astype(bool)[None, None]
+    if c.float_attn_mask:
+        assert not (c.causal_attn_mask or c.masked_query_rows), "one attn_mask per case"
+        additive = normal(rng, (c.batch * c.num_heads, c.query_len, s)).astype(np.float32)
+        band = np.arange(s)[None, :] > np.arange(c.query_len)[:, None] + 2  # [T, S]
+        additive[1::2][:, band] = -np.inf
+        masks["inputs.attn_mask"] = additive
+        forbidden |= np.isneginf(additive).reshape(c.batch, c.num_heads, c.query_len, s)
     fully_masked_rows = bool(forbidden.all(-1).any())
 
     def run(dtype):
