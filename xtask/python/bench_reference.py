@@ -6,8 +6,13 @@
 
 CASES.json is a list of rows written by `cargo xtask bench`, each
 `{"shape": {"batch", "seq_len", "features", "heads", "key_dim"}, "mask": "none|causal|padding",
-"model": "keras|projected"}`. Without --cases the seed's row (32,136,4,6x4) is measured with every
-mask and both models.
+"model": "keras|projected", "call": "plain|scores|dropout"}`. Without --cases the seed's row
+(32,136,4,6x4) is measured with every mask and both models, plain calls.
+
+Calls: `plain` is the layer's default call; `scores` returns the attention probabilities too
+(Keras `return_attention_scores=True`; torch `need_weights=True`, and since SDPA cannot return
+them, the Keras-style torch model writes the softmax out: `keras_style_explicit`); `dropout`
+builds every layer with dropout 0.1 on the probabilities (SDPA `dropout_p` in training).
 
 Every row is x [B, T, D] -> [B, T, D], MSE against fixed random targets, Adam lr 1e-3; masks are
 the same as ours in each library's own form (padding lengths `T - T*(i+1)//(4B)`, at least 1):
@@ -119,7 +124,14 @@ def data(shape):
 
 def case_name(case):
     s = case["shape"]
-    return f"{s['batch']},{s['seq_len']},{s['features']},{s['heads']}x{s['key_dim']} {case['mask']} {case['model']}"
+    return f"{s['batch']},{s['seq_len']},{s['features']},{s['heads']}x{s['key_dim']} {case['mask']} {case['model']} {call_of(case)}"
+
+
+def call_of(case):
+    return case.get("call", "plain")
+
+
+DROPOUT = 0.1
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -142,9 +154,21 @@ def torch_models(torch, case):
         keep = (~ignore)[:, None, None, :]
     causal = mask == "causal"
     blocked_future = torch.triu(torch.ones(t, t, dtype=torch.bool), diagonal=1) if causal else None
+    call = call_of(case)
+    dropout = DROPOUT if call == "dropout" else 0.0
 
-    def sdpa(q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, is_causal=causal)
+    def sdpa(q, k, v, training):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, is_causal=causal, dropout_p=dropout if training else 0.0)
+
+    def explicit(q, k, v):
+        """Attention with its probabilities [B, h, T, S] written out (what returning them costs)."""
+        logits = q @ k.transpose(-1, -2) / kd**0.5
+        if causal:
+            logits = logits.masked_fill(blocked_future, float("-inf"))
+        if keep is not None:
+            logits = logits.masked_fill(~keep, float("-inf"))
+        probs = torch.softmax(logits, dim=-1)
+        return probs @ v, probs
 
     class KerasStyle(nn.Module):
         """keras.layers.MultiHeadAttention(heads, kd) self-attention, written in torch."""
@@ -156,7 +180,8 @@ def torch_models(torch, case):
 
         def forward(self, x):
             split = lambda u: u.view(b, t, heads, kd).transpose(1, 2)  # noqa: E731  [B, h, T, k]
-            o = sdpa(split(self.query(x)), split(self.key(x)), split(self.value(x)))
+            q, k, v = split(self.query(x)), split(self.key(x)), split(self.value(x))
+            o = explicit(q, k, v)[0] if call == "scores" else sdpa(q, k, v, self.training)
             return self.attention_output(o.transpose(1, 2).reshape(b, t, width))
 
     class Projected(nn.Module):
@@ -166,7 +191,7 @@ def torch_models(torch, case):
             super().__init__()
             self.use_sdpa = use_sdpa
             self.proj = nn.Linear(feat, width)
-            self.mha = nn.MultiheadAttention(width, heads, batch_first=True)
+            self.mha = nn.MultiheadAttention(width, heads, dropout=dropout, batch_first=True)
             self.final = nn.Linear(width, feat)
 
         def forward(self, x):
@@ -174,14 +199,17 @@ def torch_models(torch, case):
             if self.use_sdpa:
                 q, k, v = F.linear(z, self.mha.in_proj_weight, self.mha.in_proj_bias).chunk(3, dim=-1)
                 split = lambda u: u.view(b, t, heads, kd).transpose(1, 2)  # noqa: E731
-                o = sdpa(split(q), split(k), split(v)).transpose(1, 2).reshape(b, t, width)
+                o = sdpa(split(q), split(k), split(v), self.training).transpose(1, 2).reshape(b, t, width)
                 return self.final(self.mha.out_proj(o))
-            out = self.mha(z, z, z, need_weights=False, key_padding_mask=ignore, attn_mask=blocked_future, is_causal=causal)[0]
+            need_weights = call == "scores"
+            out = self.mha(z, z, z, need_weights=need_weights, key_padding_mask=ignore, attn_mask=blocked_future, is_causal=causal)[0]
             return self.final(out)
 
     torch.manual_seed(SEED)
     if case["model"] == "keras":
-        return {"keras_style_sdpa": KerasStyle()}
+        return {"keras_style_explicit" if call == "scores" else "keras_style_sdpa": KerasStyle()}
+    if call == "scores":
+        return {"projected_mha": Projected(use_sdpa=False)}
     return {"projected_mha": Projected(use_sdpa=False), "projected_sdpa": Projected(use_sdpa=True)}
 
 
@@ -215,7 +243,14 @@ def torch_steps(torch, model, x, y):
 def keras_steps(tf, keras, case, x, y):
     s, mask = case["shape"], case["mask"]
     keras.utils.set_random_seed(SEED)
-    layer = keras.layers.MultiHeadAttention(num_heads=s["heads"], key_dim=s["key_dim"])
+    call = call_of(case)
+    layer = keras.layers.MultiHeadAttention(num_heads=s["heads"], key_dim=s["key_dim"], dropout=DROPOUT if call == "dropout" else 0.0)
+    scores = call == "scores"
+
+    def apply(inp, training):
+        out = layer(inp, inp, attention_mask=attention_mask, use_causal_mask=causal, training=training, return_attention_scores=scores)
+        return out[0] if scores else out
+
     xt, yt = tf.constant(x), tf.constant(y)
     causal = mask == "causal"
     attention_mask = None
@@ -231,12 +266,12 @@ def keras_steps(tf, keras, case, x, y):
 
     @tf.function
     def fwd(inp):
-        return layer(inp, inp, attention_mask=attention_mask, use_causal_mask=causal, training=False)
+        return apply(inp, training=False)
 
     @tf.function
     def step(inp, target):
         with tf.GradientTape() as tape:
-            out = layer(inp, inp, attention_mask=attention_mask, use_causal_mask=causal, training=True)
+            out = apply(inp, training=True)
             loss = tf.reduce_mean(tf.square(out - target))
         grads = tape.gradient(loss, layer.trainable_variables)
         opt.apply_gradients(zip(grads, layer.trainable_variables))

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use model::Backend;
 use serde_json::{Value, json};
 use train::bench::peak::{fma_peak_gflops, gemm_gflops, matmul_gflops, threads};
-use train::bench::{Case, MaskKind, Reps, Shape, Timing, forward, parameters, peak_rss_mb, train_step};
+use train::bench::{CallKind, Case, MaskKind, Reps, Shape, Timing, forward, parameters, peak_rss_mb, train_step};
 use train::models::ModelKind;
 
 /// The long help of `cargo xtask bench --help`.
@@ -41,6 +41,10 @@ pub struct Args {
     /// Comma-separated masks: none, causal, padding (default: all three).
     #[arg(long, value_delimiter = ',')]
     mask: Vec<String>,
+    /// Comma-separated calls: plain, scores (the probabilities returned too), dropout (0.1 on
+    /// the probabilities, in the training step) (default: plain).
+    #[arg(long, value_delimiter = ',')]
+    call: Vec<String>,
     /// Comma-separated models: keras, projected (default: both).
     #[arg(long, value_delimiter = ',')]
     model: Vec<String>,
@@ -60,7 +64,7 @@ pub struct Args {
     #[arg(long)]
     no_scaling: bool,
     /// Internal: take 3 training steps of one row and print the peak resident memory.
-    #[arg(long, hide = true, value_names = ["BACKEND", "MODEL", "MASK", "SHAPE"], num_args = 4)]
+    #[arg(long, hide = true, value_names = ["BACKEND", "MODEL", "MASK", "CALL", "SHAPE"], num_args = 5)]
     memory_child: Option<Vec<String>>,
 }
 
@@ -106,7 +110,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         limits.push(json!({ "what": "matmul", "backend": backend, "n": matmul_n, "gflops": matmul }));
         for (series, cases) in [("sweep", &plan.cases), ("scaling", &plan.scaling)] {
             for &case in cases {
-                println!("  {backend} {series}: {} {} {}", case.shape, case.mask, case.model);
+                println!("  {backend} {series}: {} {} {} {}", case.shape, case.mask, case.model, case.call);
                 let memory = peak_memory_child(backend, case)?;
                 for (phase, timing, flops) in [
                     ("forward", forward(case, &device, reps)?, case.forward_flops()),
@@ -166,6 +170,10 @@ impl Plan {
             true => vec![ModelKind::Keras, ModelKind::Projected],
             false => args.model.iter().map(|m| parse_model(m)).collect::<Result<_>>()?,
         };
+        let calls: Vec<CallKind> = match args.call.is_empty() {
+            true => vec![CallKind::Plain],
+            false => args.call.iter().map(|c| c.parse()).collect::<Result<_>>()?,
+        };
         let backends = match args.backend.is_empty() {
             true => vec![Backend::Flex],
             false => args.backend.iter().map(|b| b.parse()).collect::<Result<_, _>>()?,
@@ -174,7 +182,9 @@ impl Plan {
         for &shape in &shapes {
             for &model in &models {
                 for &mask in &masks {
-                    cases.push(Case { shape, mask, model });
+                    for &call in &calls {
+                        cases.push(Case { shape, mask, model, call });
+                    }
                 }
             }
         }
@@ -187,6 +197,7 @@ impl Plan {
                     shape: Shape { batch: SCALING_TOKENS / t, seq_len: t, features: 64, heads: 4, key_dim: 16 },
                     mask: MaskKind::None,
                     model: ModelKind::Keras,
+                    call: CallKind::Plain,
                 })
                 .collect(),
         };
@@ -202,9 +213,9 @@ fn parse_model(name: &str) -> Result<ModelKind> {
     }
 }
 
-/// The row of a memory child's arguments `[backend, model, mask, shape]`.
+/// The row of a memory child's arguments `[backend, model, mask, call, shape]`.
 fn child_case(child: &[String]) -> Result<Case> {
-    Ok(Case { model: parse_model(&child[1])?, mask: child[2].parse()?, shape: child[3].parse()? })
+    Ok(Case { model: parse_model(&child[1])?, mask: child[2].parse()?, call: child[3].parse()?, shape: child[4].parse()? })
 }
 
 struct Row {
@@ -226,10 +237,13 @@ impl Row {
     }
 }
 
-/// The reference entries measured for a row's model, by `framework/model` name.
-fn reference_names(model: ModelKind) -> &'static [&'static str] {
-    match model {
-        ModelKind::Keras => &["torch/keras_style_sdpa", "tensorflow/keras_mha"],
+/// The reference entries measured for a row, by `framework/model` name (SDPA cannot return
+/// the probabilities: a scores row's torch Keras-style model writes the softmax out).
+fn reference_names(case: &Case) -> &'static [&'static str] {
+    match (case.model, case.call) {
+        (ModelKind::Keras, CallKind::Scores) => &["torch/keras_style_explicit", "tensorflow/keras_mha"],
+        (ModelKind::Keras, _) => &["torch/keras_style_sdpa", "tensorflow/keras_mha"],
+        (_, CallKind::Scores) => &["torch/projected_mha"],
         _ => &["torch/projected_mha", "torch/projected_sdpa"],
     }
 }
@@ -251,7 +265,7 @@ fn reference_memory(reference: &Value, case: &Case) -> Option<f64> {
 /// The fastest reference for a row: its name and time.
 fn fastest(reference: Option<&Value>, case: &Case, phase: &str) -> Option<(&'static str, f64)> {
     let reference = reference?;
-    let times = reference_names(case.model).iter().filter_map(|name| Some((*name, reference_ms(reference, name, case, phase)?)));
+    let times = reference_names(case).iter().filter_map(|name| Some((*name, reference_ms(reference, name, case, phase)?)));
     times.min_by(|a, b| a.1.total_cmp(&b.1))
 }
 
@@ -261,16 +275,17 @@ fn mb(value: Option<f64>) -> String {
 
 fn sweep_table(rows: &[Row], reference: Option<&Value>) -> String {
     let mut out = String::from(
-        "| shape B,T,D,HxK | mask | model | phase | backend | ours ms | fastest reference ms | ours / fastest | floor ms | ours / floor | ours MB | torch MB |\n\
-         |---|---|---|---|---|---:|---|---:|---:|---:|---:|---:|\n",
+        "| shape B,T,D,HxK | mask | model | call | phase | backend | ours ms | fastest reference ms | ours / fastest | floor ms | ours / floor | ours MB | torch MB |\n\
+         |---|---|---|---|---|---|---:|---|---:|---:|---:|---:|---:|\n",
     );
     for r in rows.iter().filter(|r| r.series == "sweep") {
         let best = fastest(reference, &r.case, r.phase);
         out += &format!(
-            "| {} | {} | {} | {} | {} | {:.2} | {} | {} | {:.2} | {:.1} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {:.2} | {} | {} | {:.2} | {:.1} | {} | {} |\n",
             r.case.shape,
             r.case.mask,
             r.case.model,
+            r.case.call,
             r.phase,
             r.backend,
             r.timing.median_ms,
@@ -329,10 +344,10 @@ fn peak_memory_child(backend: Backend, case: Case) -> Result<Option<f64>> {
     let shape = case.shape;
     let shape_arg = format!("{},{},{},{},{}", shape.batch, shape.seq_len, shape.features, shape.heads, shape.key_dim);
     let output = Command::new(exe)
-        .args(["bench", "--memory-child", backend.name(), case.model.name(), case.mask.name(), &shape_arg])
+        .args(["bench", "--memory-child", backend.name(), case.model.name(), case.mask.name(), case.call.name(), &shape_arg])
         .output()?;
     if !output.status.success() {
-        bail!("memory measurement of {} {} {} on {backend} failed: {}", shape, case.mask, case.model, String::from_utf8_lossy(&output.stderr));
+        bail!("memory measurement of {} {} {} {} on {backend} failed: {}", shape, case.mask, case.model, case.call, String::from_utf8_lossy(&output.stderr));
     }
     Ok(String::from_utf8_lossy(&output.stdout).lines().last().and_then(|l| l.trim().parse().ok()))
 }

@@ -71,15 +71,20 @@ fn train_then_export_and_verify_the_export() {
 fn bench_quick_writes_its_table_and_json() {
     let dir = scratch("bench");
     let json = dir.join("bench.json");
-    let out = xtask(&["bench", "--quick", "--backend", "flex", "--python", "/nonexistent/python", "--json", json.to_str().unwrap()]);
+    let out = xtask(&["bench", "--quick", "--backend", "flex", "--call", "plain,scores,dropout", "--python", "/nonexistent/python", "--json", json.to_str().unwrap()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = stdout(&out);
-    for row in ["| 32,136,4,6x4 | causal | keras | train_step | flex |", "| 32,136,4,6x4 | padding | projected | forward | flex |"] {
+    for row in [
+        "| 32,136,4,6x4 | causal | keras | plain | train_step | flex |",
+        "| 32,136,4,6x4 | padding | projected | plain | forward | flex |",
+        "| 32,136,4,6x4 | padding | keras | scores | train_step | flex |",
+        "| 32,136,4,6x4 | causal | projected | dropout | train_step | flex |",
+    ] {
         assert!(text.contains(row), "no row {row:?} in\n{text}");
     }
     let value: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let rows = value["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 12, "the seed's shape x 3 masks x 2 models x 2 phases");
+    assert_eq!(rows.len(), 36, "the seed's shape x 3 masks x 2 models x 3 calls x 2 phases");
     assert!(value["limits"][0]["gflops"].as_f64().is_some_and(|g| g > 0.0), "the FMA peak is measured");
     assert!(rows.iter().all(|r| r["timing"]["median_ms"].as_f64().is_some_and(|v| v > 0.0) && r["floor_ms"].as_f64().is_some_and(|v| v > 0.0)));
 }

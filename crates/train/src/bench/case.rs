@@ -116,6 +116,55 @@ impl fmt::Display for MaskKind {
     }
 }
 
+/// Which call of the layer a row makes: the plain call, or one of those that ask for more of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CallKind {
+    /// The layer's default call (Keras `layer(x, x)`, torch `need_weights=False`).
+    Plain,
+    /// The attention probabilities returned as well: Keras `return_attention_scores=True`,
+    /// torch `need_weights=True` (head-averaged); the loss still reads the output only.
+    Scores,
+    /// The layer built with `dropout = 0.1` on the probabilities, active in the training step.
+    Dropout,
+}
+
+impl CallKind {
+    pub const ALL: [CallKind; 3] = [CallKind::Plain, CallKind::Scores, CallKind::Dropout];
+
+    /// The probability of dropping an attention probability in a `dropout` row.
+    pub const DROPOUT_RATE: f64 = 0.1;
+
+    pub fn name(self) -> &'static str {
+        match self {
+            CallKind::Plain => "plain",
+            CallKind::Scores => "scores",
+            CallKind::Dropout => "dropout",
+        }
+    }
+
+    fn dropout(self) -> f64 {
+        if self == CallKind::Dropout { Self::DROPOUT_RATE } else { 0.0 }
+    }
+}
+
+impl FromStr for CallKind {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match Self::ALL.into_iter().find(|c| c.name() == s) {
+            Some(call) => Ok(call),
+            None => bail!("--call {s:?}: expected plain, scores or dropout"),
+        }
+    }
+}
+
+impl fmt::Display for CallKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// The valid length of each sequence of a padded batch: from `T - T/(4B)` for the first down to
 /// `3T/4` for the last, so that every batch element is padded differently.
 pub fn padding_lengths(shape: Shape) -> Vec<usize> {
@@ -129,6 +178,7 @@ pub struct Case {
     pub shape: Shape,
     pub mask: MaskKind,
     pub model: ModelKind,
+    pub call: CallKind,
 }
 
 impl Case {
@@ -159,11 +209,11 @@ impl Case {
         let s = self.shape;
         Ok(match self.model {
             ModelKind::Keras => TaskModel::Keras(KerasSelfAttention {
-                layer: KerasMhaConfig::new(s.heads, s.key_dim, s.features).init(device)?,
+                layer: KerasMhaConfig::new(s.heads, s.key_dim, s.features).with_dropout(self.call.dropout()).init(device)?,
                 use_causal_mask: self.mask == MaskKind::Causal,
             }),
             ModelKind::Projected => {
-                let config = ProjectedConfig::new(s.features, s.width(), s.heads).with_output_dim(Some(s.features));
+                let config = ProjectedConfig::new(s.features, s.width(), s.heads).with_output_dim(Some(s.features)).with_dropout(self.call.dropout());
                 TaskModel::Projected(config.init(device)?)
             }
             ModelKind::Baseline => bail!("the benchmark measures the attention models, not the baseline"),
@@ -206,16 +256,17 @@ pub struct Masks {
     attn_mask: Option<Tensor<2, Bool>>,
 }
 
-/// `model(x)` with the row's masks.
-pub fn call(model: &TaskModel, x: Tensor<3>, masks: &Masks, training: bool) -> Result<Tensor<3>> {
+/// `model(x)` with the row's masks, as the row's call makes it; the output only.
+pub fn call(model: &TaskModel, x: Tensor<3>, masks: &Masks, call: CallKind, training: bool) -> Result<Tensor<3>> {
+    let scores = call == CallKind::Scores;
     Ok(match model {
         TaskModel::Keras(m) => {
-            let mut input = KerasMhaInput::new(x.clone(), x).use_causal_mask(m.use_causal_mask).training(training);
+            let mut input = KerasMhaInput::new(x.clone(), x).use_causal_mask(m.use_causal_mask).training(training).return_attention_scores(scores);
             input.attention_mask = masks.attention_mask.clone();
             m.layer.forward(input)?.output
         }
         TaskModel::Projected(m) => {
-            let mut input = ProjectedInput::new(x).training(training);
+            let mut input = ProjectedInput::new(x).training(training).need_weights(scores);
             input.key_padding_mask = masks.key_padding_mask.clone();
             input.attn_mask = masks.attn_mask.clone().map(AttnMask::bool_2d);
             m.forward(input)?.output
@@ -237,6 +288,8 @@ mod tests {
             assert!(error.contains(bad) && error.contains("B,T,D,H,K"), "{error}");
         }
         assert!("diagonal".parse::<MaskKind>().unwrap_err().to_string().contains("none, causal or padding"));
+        assert_eq!("scores".parse::<CallKind>().unwrap(), CallKind::Scores);
+        assert!("weights".parse::<CallKind>().unwrap_err().to_string().contains("plain, scores or dropout"));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::{Device, Distribution, Tensor};
 use serde::Serialize;
 
-pub use case::{Case, MaskKind, Shape, padding_lengths};
+pub use case::{CallKind, Case, MaskKind, Shape, padding_lengths};
 
 use crate::loss::mse;
 use crate::optim::OptimizerConfig;
@@ -79,7 +79,7 @@ pub fn forward(case: Case, device: &Device, reps: Reps) -> Result<Timing> {
     let s = case.shape;
     let x = Tensor::<3>::random([s.batch, s.seq_len, s.features], Distribution::Normal(0.0, 1.0), device);
     time(reps, s.batch, || {
-        let out = case::call(&net, x.clone(), &masks, false)?;
+        let out = case::call(&net, x.clone(), &masks, case.call, false)?;
         out.sum().into_scalar::<f32>();
         Ok(())
     })
@@ -96,7 +96,7 @@ pub fn train_step(case: Case, device: &Device, reps: Reps) -> Result<Timing> {
     let x = Tensor::<3>::random([s.batch, s.seq_len, s.features], Distribution::Normal(0.0, 1.0), &ad);
     let y = Tensor::<3>::random([s.batch, s.seq_len, s.features], Distribution::Normal(0.0, 1.0), &ad);
     time(reps, s.batch, || {
-        let loss = mse(case::call(&net, x.clone(), &masks, true)?, y.clone());
+        let loss = mse(case::call(&net, x.clone(), &masks, case.call, true)?, y.clone());
         loss.clone().into_scalar::<f32>();
         let grads = GradientsParams::from_grads(loss.backward(), &net);
         net = optim.step(1e-3, net.clone(), grads);
