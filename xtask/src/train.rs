@@ -47,6 +47,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         resume: args.resume,
         stop_after: args.stop_after,
         progress: true,
+        stop_on_divergence: false,
     };
     match train(&config, &options)? {
         Some(_) => {}

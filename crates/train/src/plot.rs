@@ -1,31 +1,31 @@
-//! Loss-curve plots of a study: one panel per backend, per model the mean over seeds and a band
-//! from the best to the worst seed, log-scale loss, the two floors as dashed lines.
+//! The study's figures: loss curves per rung (per model the mean over seeds and a band from the
+//! best to the worst seed, log-scale loss, the two floors as dashed lines), and heat maps of the
+//! difference between the two models per rung and learning rate, and per rung and training-set
+//! size; and the benchmark's scaling figure.
 
 use std::path::Path;
 use std::sync::Once;
 
 use anyhow::{Result, anyhow};
-use model::Backend;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::models::ModelKind;
-use crate::study::{StudyResults, smooth};
+use crate::report::{Cell, pair_difference, primary_backend};
+use crate::study::{Condition, StudyResults, Variant, smooth};
 
 const WIDTH: u32 = 520;
 const HEIGHT: u32 = 440;
 
-/// Writes the same figure as SVG and PNG (each through a temporary file and a rename).
+/// Writes the loss curves at each rung's base condition, one panel per rung.
 pub fn loss_curves(results: &StudyResults, svg: &Path, png: &Path) -> Result<()> {
     register_font();
-    let backends = results.backends();
-    let size = (WIDTH * backends.len() as u32, HEIGHT);
-
+    let size = (WIDTH * results.rungs.len().max(1) as u32, HEIGHT);
     let tmp_svg = svg.with_extension("tmp.svg");
-    draw(SVGBackend::new(&tmp_svg, size).into_drawing_area(), results, &backends)?;
+    draw_curves(SVGBackend::new(&tmp_svg, size).into_drawing_area(), results)?;
     std::fs::rename(&tmp_svg, svg)?;
     let tmp_png = png.with_extension("tmp.png");
-    draw(BitMapBackend::new(&tmp_png, size).into_drawing_area(), results, &backends)?;
+    draw_curves(BitMapBackend::new(&tmp_png, size).into_drawing_area(), results)?;
     std::fs::rename(&tmp_png, png)?;
     Ok(())
 }
@@ -41,29 +41,33 @@ fn register_font() {
     });
 }
 
-fn color(model: ModelKind) -> RGBColor {
-    match model {
-        ModelKind::Keras => RGBColor(31, 119, 180),
-        ModelKind::Projected => RGBColor(214, 39, 40),
-        ModelKind::Baseline => RGBColor(127, 127, 127),
+fn color(variant: Variant) -> RGBColor {
+    match variant {
+        Variant::Keras => RGBColor(31, 119, 180),
+        Variant::Projected => RGBColor(214, 39, 40),
+        Variant::OneHead => RGBColor(127, 127, 127),
     }
 }
 
-fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, results: &StudyResults, backends: &[Backend]) -> Result<()> {
+fn draw_curves<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, results: &StudyResults) -> Result<()> {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("plotting failed: {e:?}");
     root.fill(&WHITE).map_err(err)?;
     let window = results.smoothing;
-    let curves: Vec<_> = results.runs.iter().map(|r| (r, smooth(&r.losses, window))).collect();
-    let steps = curves.iter().map(|(_, c)| c.len()).max().unwrap_or(1).max(2);
-    let all = curves.iter().flat_map(|(_, c)| c.iter().copied()).filter(|v| *v > 0.0);
-    let (lo, hi) = all.fold((f64::INFINITY, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
-    let floors = [("Bayes floor", results.runs[0].summary.bayes_floor), ("per-position floor", results.runs[0].summary.per_position_floor)];
-    let lo = floors.iter().map(|f| f.1).fold(lo, f64::min) * 0.8;
-    let hi = hi.max(floors[1].1) * 1.25;
-
-    for (panel, &backend) in root.split_evenly((1, backends.len())).iter().zip(backends) {
+    let backend = primary_backend(results);
+    for (panel, floors) in root.split_evenly((1, results.rungs.len().max(1))).iter().zip(&results.rungs) {
+        let base = results.base_condition(&floors.rung.name);
+        let curves: Vec<(Variant, Vec<Vec<f64>>)> = Variant::ALL
+            .iter()
+            .map(|&v| (v, Cell::of(results, &base, v, backend).finished.iter().map(|r| smooth(&r.losses, window)).collect()))
+            .collect();
+        let steps = curves.iter().flat_map(|(_, c)| c.iter().map(Vec::len)).max().unwrap_or(1).max(2);
+        let all = curves.iter().flat_map(|(_, c)| c.iter().flatten().copied()).filter(|v| *v > 0.0 && v.is_finite());
+        let (lo, hi) = all.fold((f64::INFINITY, 0.0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+        let floor_lines = [("Bayes floor", floors.bayes_floor), ("per-position floor", floors.per_position_floor)];
+        let lo = floor_lines.iter().map(|f| f.1).fold(lo, f64::min) * 0.8;
+        let hi = hi.max(floors.per_position_floor) * 1.25;
         let mut chart = ChartBuilder::on(panel)
-            .caption(format!("{backend}"), ("sans-serif", 22))
+            .caption(&floors.rung.name, ("sans-serif", 22))
             .margin(12)
             .x_label_area_size(42)
             .y_label_area_size(62)
@@ -75,33 +79,31 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, results: &StudyResults
             .y_desc(format!("train loss (mean of {window} steps)"))
             .x_label_formatter(&|v| format!("{v:.0}"))
             .y_label_formatter(&|v| nice_log_label(*v))
-            .y_labels(12)
+            .y_labels(8)
             .light_line_style(TRANSPARENT)
             .bold_line_style(BLACK.mix(0.12))
             .label_style(("sans-serif", 13))
             .axis_desc_style(("sans-serif", 15))
             .draw()
             .map_err(err)?;
-
-        for model in results.models() {
-            let runs: Vec<&Vec<f64>> = curves.iter().filter(|(r, _)| r.model == model && r.backend == backend).map(|(_, c)| c).collect();
+        for (variant, runs) in &curves {
             if runs.is_empty() {
                 continue;
             }
-            let n = runs.iter().map(|c| c.len()).min().unwrap_or(0);
+            let n = runs.iter().map(Vec::len).min().unwrap_or(0);
             let at = |i: usize| runs.iter().map(|c| c[i]).collect::<Vec<_>>();
             let mean: Vec<(f64, f64)> = (0..n).map(|i| ((i + 1) as f64, at(i).iter().sum::<f64>() / runs.len() as f64)).collect();
             let upper = (0..n).map(|i| ((i + 1) as f64, at(i).into_iter().fold(f64::MIN, f64::max)));
             let lower = (0..n).rev().map(|i| ((i + 1) as f64, at(i).into_iter().fold(f64::MAX, f64::min)));
-            let c = color(model);
+            let c = color(*variant);
             chart.draw_series(std::iter::once(Polygon::new(upper.chain(lower).collect::<Vec<_>>(), c.mix(0.2).filled()))).map_err(err)?;
             chart
                 .draw_series(LineSeries::new(mean, c.stroke_width(2)))
                 .map_err(err)?
-                .label(format!("{model} (mean, band: seeds)"))
+                .label(format!("{variant} (mean, band: seeds)"))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
         }
-        for (label, level) in floors {
+        for (label, level) in floor_lines {
             let style = BLACK.mix(0.6).stroke_width(1);
             chart
                 .draw_series(DashedLineSeries::new(vec![(1.0, level), (steps as f64, level)], 6, 4, style))
@@ -111,7 +113,7 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, results: &StudyResults
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::MiddleRight)
+            .position(SeriesLabelPosition::UpperRight)
             .label_font(("sans-serif", 12))
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK.mix(0.4))
@@ -120,6 +122,125 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, results: &StudyResults
     }
     root.present().map_err(err)?;
     Ok(())
+}
+
+/// One heat map's columns: a label and the condition of each rung in that column.
+struct Columns {
+    title: &'static str,
+    labels: Vec<String>,
+    condition: Box<dyn Fn(&str, usize) -> Condition>,
+}
+
+/// Writes `heat_lr.{svg,png}` (rung x learning rate) and `heat_size.{svg,png}` (rung x
+/// training-set size): the relative difference in test loss, (keras - projected) / projected,
+/// blue where keras is lower, red where projected is; a star marks a 95% interval that excludes
+/// 0, "div" a condition where a seed diverged.
+pub fn heat_maps(results: &StudyResults, dir: &Path) -> Result<()> {
+    register_font();
+    let learning_rates = results.learning_rates.clone();
+    let train_sizes = results.train_sizes.clone();
+    let (base_lr, base_n) = (results.base_learning_rate, results.base_train_size);
+    let maps = [
+        (
+            "heat_lr",
+            Columns {
+                title: "learning rate",
+                labels: learning_rates.iter().map(|v| format!("{v:e}")).collect(),
+                condition: Box::new(move |rung, i| Condition { rung: rung.into(), learning_rate: learning_rates[i], train_size: base_n }),
+            },
+        ),
+        (
+            "heat_size",
+            Columns {
+                title: "training sequences",
+                labels: train_sizes.iter().map(|n| n.to_string()).collect(),
+                condition: Box::new(move |rung, i| Condition { rung: rung.into(), learning_rate: base_lr, train_size: train_sizes[i] }),
+            },
+        ),
+    ];
+    for (name, columns) in &maps {
+        let size = ((160 + 110 * columns.labels.len() as u32).max(440), 110 + 60 * results.rungs.len() as u32);
+        let svg = dir.join(format!("{name}.svg"));
+        let tmp_svg = svg.with_extension("tmp.svg");
+        draw_heat(SVGBackend::new(&tmp_svg, size).into_drawing_area(), results, columns)?;
+        std::fs::rename(&tmp_svg, &svg)?;
+        let png = dir.join(format!("{name}.png"));
+        let tmp_png = png.with_extension("tmp.png");
+        draw_heat(BitMapBackend::new(&tmp_png, size).into_drawing_area(), results, columns)?;
+        std::fs::rename(&tmp_png, &png)?;
+    }
+    Ok(())
+}
+
+fn draw_heat<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, results: &StudyResults, columns: &Columns) -> Result<()> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("plotting failed: {e:?}");
+    root.fill(&WHITE).map_err(err)?;
+    let backend = primary_backend(results);
+    let (rows, cols) = (results.rungs.len(), columns.labels.len());
+    if rows == 0 || cols == 0 {
+        return Ok(()); // nothing was swept
+    }
+    // Segmented axes (0..n-1 has n segments): cell c spans Exact(c)..Exact(c + 1), and its
+    // label sits at CenterOf(c).
+    let mut chart = ChartBuilder::on(&root)
+        .caption("(keras - projected) / projected test loss", ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(40)
+        .y_label_area_size(100)
+        .build_cartesian_2d((0..cols - 1).into_segmented(), (0..rows - 1).into_segmented())
+        .map_err(err)?;
+    // Row 0 is drawn at the bottom: the ladder's first rung goes on top.
+    let rung_at = |row: usize| rows.checked_sub(row + 1).and_then(|r| results.rungs.get(r)).map(|r| r.rung.name.clone()).unwrap_or_default();
+    let label = |value: &SegmentValue<usize>, names: &dyn Fn(usize) -> String| match value {
+        SegmentValue::CenterOf(i) => names(*i),
+        _ => String::new(),
+    };
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_labels(cols)
+        .y_labels(rows)
+        .x_label_formatter(&|v| label(v, &|i| columns.labels.get(i).cloned().unwrap_or_default()))
+        .y_label_formatter(&|v| label(v, &rung_at))
+        .x_desc(columns.title)
+        .label_style(("sans-serif", 13))
+        .draw()
+        .map_err(err)?;
+    let centered = ("sans-serif", 14).into_font().color(&BLACK).pos(Pos::new(HPos::Center, VPos::Center));
+    for (r, floors) in results.rungs.iter().enumerate() {
+        let row = rows - r - 1;
+        for col in 0..cols {
+            let condition = (columns.condition)(&floors.rung.name, col);
+            let keras = Cell::of(results, &condition, Variant::Keras, backend);
+            let projected = Cell::of(results, &condition, Variant::Projected, backend);
+            let difference = pair_difference(results, &condition, backend);
+            let (fill, text) = match (keras.mean_test(), projected.mean_test()) {
+                _ if keras.diverged + projected.diverged > 0 => (RGBColor(200, 200, 200), "div".to_string()),
+                (Some(k), Some(p)) => {
+                    let relative = (k - p) / p;
+                    let star = if difference.is_some_and(|d| d.significant()) { "*" } else { "" };
+                    (diverging(relative), format!("{:+.1}%{star}", 100.0 * relative))
+                }
+                _ => (WHITE, "—".to_string()),
+            };
+            let cell = [(SegmentValue::Exact(col), SegmentValue::Exact(row)), (SegmentValue::Exact(col + 1), SegmentValue::Exact(row + 1))];
+            chart.draw_series(std::iter::once(Rectangle::new(cell, fill.filled()))).map_err(err)?;
+            let center = (SegmentValue::CenterOf(col), SegmentValue::CenterOf(row));
+            chart.draw_series(std::iter::once(Text::new(text, center, centered.clone()))).map_err(err)?;
+        }
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// Blue (keras lower) through white to red (projected lower), saturating at ±20%.
+fn diverging(relative: f64) -> RGBColor {
+    let t = (relative / 0.2).clamp(-1.0, 1.0);
+    let mix = |a: f64, b: f64, w: f64| (a + (b - a) * w).round() as u8;
+    match t < 0.0 {
+        true => RGBColor(mix(255.0, 49.0, -t), mix(255.0, 130.0, -t), mix(255.0, 189.0, -t)),
+        false => RGBColor(mix(255.0, 214.0, t), mix(255.0, 39.0, t), mix(255.0, 40.0, t)),
+    }
 }
 
 /// Labels a log axis at 1, 2 and 5 times a power of ten only, so that labels never crowd.
@@ -181,7 +302,7 @@ fn draw_scaling<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, points: &[Scal
             .x_labels((lengths.1 - lengths.0) as usize + 3)
             .x_label_formatter(&|v| if (v - v.round()).abs() < 1e-6 { format!("{}", 2f64.powf(v.round())) } else { String::new() })
             .y_label_formatter(&|v| nice_log_label(*v))
-            .y_labels(12)
+            .y_labels(8)
             .light_line_style(TRANSPARENT)
             .draw()
             .map_err(err)?;

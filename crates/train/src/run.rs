@@ -66,11 +66,18 @@ pub struct Summary {
     pub steps: usize,
     pub epochs: usize,
     pub batch_size: usize,
+    #[serde(with = "nan_as_null")]
     pub train_loss: f64,
+    #[serde(with = "nan_as_null")]
     pub valid_loss: f64,
+    #[serde(with = "nan_as_null")]
     pub test_loss: f64,
     /// `1 - loss / Var(target)` on the test split.
+    #[serde(with = "nan_as_null")]
     pub test_r2: f64,
+    /// The step whose loss was not finite, when the run stopped there ([`RunOptions::stop_on_divergence`]).
+    #[serde(default)]
+    pub diverged_at_step: Option<usize>,
     pub samples_per_second: f64,
     pub wall_seconds: f64,
     /// Best loss a per-position model can reach (Monte Carlo).
@@ -93,6 +100,25 @@ pub struct RunOptions {
     pub stop_after: Option<usize>,
     /// Print progress lines.
     pub progress: bool,
+    /// A loss that is not finite ends the run with a summary that says so (a learning-rate
+    /// sweep's divergence point) instead of an error.
+    pub stop_on_divergence: bool,
+}
+
+/// A loss of a diverged run is NaN, which JSON writes as `null`; read it back as NaN.
+mod nan_as_null {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &f64, serializer: S) -> Result<S::Ok, S::Error> {
+        match value.is_finite() {
+            true => serializer.serialize_f64(*value),
+            false => serializer.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<f64, D::Error> {
+        Ok(Option::<f64>::deserialize(deserializer)?.unwrap_or(f64::NAN))
+    }
 }
 
 /// Trains `config` and returns its summary (`None` when stopped early by `stop_after`).
@@ -122,6 +148,7 @@ pub fn train(config: &RunConfig, options: &RunOptions) -> Result<Option<Summary>
     let what = if resumed { format!("resuming at step {}", position.step) } else { "starting".to_string() };
     progress.line(&format!("{} model ({} parameters) on {}, {what}", spec.kind(), model.num_params(), config.backend));
     let mut steps_this_run = 0;
+    let mut diverged_at_step = None;
     let mut window_start = Instant::now();
     while position.step < total_steps {
         let epoch = position.step / steps_per_epoch;
@@ -131,6 +158,10 @@ pub fn train(config: &RunConfig, options: &RunOptions) -> Result<Option<Summary>
         let loss = mse(model.forward(x.to_tensor("x", &ad)?, None, true)?, y.to_tensor("y", &ad)?);
         let loss_value = loss.clone().into_scalar::<f32>() as f64;
         if !loss_value.is_finite() {
+            if options.stop_on_divergence {
+                diverged_at_step = Some(position.step + 1);
+                break;
+            }
             bail!("{}: the loss became {loss_value} at step {} (lower train.learning_rate)", config.name, position.step);
         }
         let grads = GradientsParams::from_grads(loss.backward(), &model);
@@ -167,8 +198,14 @@ pub fn train(config: &RunConfig, options: &RunOptions) -> Result<Option<Summary>
 
     progress.finish();
     let inference = model.valid();
-    let test_loss = evaluate(&inference, &data.test, batch, 0, &device)?;
-    let last = position.epochs.last().copied().unwrap_or(EpochRow { epoch: 0, step: 0, train_loss: f64::NAN, valid_loss: f64::NAN, seconds: 0.0 });
+    let test_loss = match diverged_at_step {
+        Some(_) => f64::NAN,
+        None => evaluate(&inference, &data.test, batch, 0, &device)?,
+    };
+    let last = match diverged_at_step {
+        Some(_) => EpochRow { epoch: 0, step: 0, train_loss: f64::NAN, valid_loss: f64::NAN, seconds: 0.0 },
+        None => position.epochs.last().copied().unwrap_or(EpochRow { epoch: 0, step: 0, train_loss: f64::NAN, valid_loss: f64::NAN, seconds: 0.0 }),
+    };
     let summary = Summary {
         name: config.name.clone(),
         model: spec.kind().to_string(),
@@ -186,6 +223,7 @@ pub fn train(config: &RunConfig, options: &RunOptions) -> Result<Option<Summary>
         per_position_floor: per_position_floor(&config.task, 256, 256),
         bayes_floor: config.task.noise_std.powi(2),
         resumed,
+        diverged_at_step,
     };
     write_metrics(&dir, &position)?;
     let weights = TensorFile { tensors: inference.library_weights(), metadata: [("model".into(), spec.kind().to_string())].into() };

@@ -13,6 +13,10 @@
 //! whole sequence, so a model that sees one position at a time can only learn `E[target | x_t]`;
 //! one attention layer with two heads can represent the teacher exactly.
 //!
+//! This is [`Teacher::Lookup`], the first rung of the study's ladder; [`Teacher::FourHeads`]
+//! (four interfering lookups) and [`Teacher::TwoHop`] (a lookup whose query is another lookup's
+//! answer) are the harder ones, and `beta` and `noise_std` make any of them sharper or noisier.
+//!
 //! Floors (per-element MSE): the Bayes floor is `noise_std^2` (the teacher is deterministic);
 //! the per-position floor is `E[Var(y_t | x_t)] + noise_std^2`, estimated by Monte Carlo in
 //! [`per_position_floor`].
@@ -28,6 +32,31 @@ use crate::rng::Rng;
 pub const INPUT_DIM: usize = 4;
 /// Targets per position.
 pub const OUTPUT_DIM: usize = 4;
+
+/// The function the targets come from: the study's ladder of tasks (see [`teacher_row`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Teacher {
+    /// Two lookups (the module docs): one attention layer with two heads represents it exactly.
+    #[default]
+    Lookup,
+    /// Four lookups, one per target feature, each reading features the others use as queries,
+    /// keys or values (`q = x[i]`, `k = x[i+1]`, `v = x[i+2]`, mod 4): the heads interfere.
+    FourHeads,
+    /// Head A's lookup, then a second lookup whose query is its result (`y_A[0]`) instead of
+    /// an input feature: a two-hop read that one attention layer cannot represent.
+    TwoHop,
+}
+
+impl Teacher {
+    pub fn name(self) -> &'static str {
+        match self {
+            Teacher::Lookup => "lookup",
+            Teacher::FourHeads => "four_heads",
+            Teacher::TwoHop => "two_hop",
+        }
+    }
+}
 
 /// The task's parameters (`[task]` in a config).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -45,11 +74,13 @@ pub struct TaskConfig {
     pub beta: f64,
     /// Standard deviation of the target noise.
     pub noise_std: f64,
+    /// The function of the inputs the targets are.
+    pub teacher: Teacher,
 }
 
 impl Default for TaskConfig {
     fn default() -> Self {
-        Self { seq_len: 136, seed: 20240611, train_size: 4096, valid_size: 512, test_size: 512, beta: 3.0, noise_std: 0.1 }
+        Self { seq_len: 136, seed: 20240611, train_size: 4096, valid_size: 512, test_size: 512, beta: 3.0, noise_std: 0.1, teacher: Teacher::Lookup }
     }
 }
 
@@ -115,7 +146,7 @@ impl TaskConfig {
         let mut y = Vec::with_capacity(len * self.seq_len * OUTPUT_DIM);
         for index in 0..len {
             let inputs = self.inputs(name, index);
-            let clean = teacher(&inputs, self.seq_len, self.beta);
+            let clean = teacher(self.teacher, &inputs, self.seq_len, self.beta);
             let mut noise = Rng::from_parts(&[self.seed, name as u64, index as u64, 1]);
             x.extend(inputs.iter().map(|&v| v as f32));
             y.extend(clean.iter().map(|&v| (v + self.noise_std * noise.normal()) as f32));
@@ -137,8 +168,13 @@ impl TaskConfig {
         let beta = self.beta.to_bits();
         let noise = self.noise_std.to_bits();
         dir.join(format!(
-            "lookup-T{}-seed{}-n{}-{}-{}-b{beta:x}-s{noise:x}.safetensors",
-            self.seq_len, self.seed, self.train_size, self.valid_size, self.test_size
+            "{}-T{}-seed{}-n{}-{}-{}-b{beta:x}-s{noise:x}.safetensors",
+            self.teacher.name(),
+            self.seq_len,
+            self.seed,
+            self.train_size,
+            self.valid_size,
+            self.test_size
         ))
     }
 
@@ -171,37 +207,66 @@ impl TaskConfig {
 }
 
 /// The noiseless targets of one sequence `x [T, 4]`: `[T, 4]`, in float64.
-pub fn teacher(x: &[f64], seq_len: usize, beta: f64) -> Vec<f64> {
-    (0..seq_len).flat_map(|t| teacher_row(x, seq_len, beta, t)).collect()
+pub fn teacher(teacher: Teacher, x: &[f64], seq_len: usize, beta: f64) -> Vec<f64> {
+    (0..seq_len).flat_map(|t| teacher_row(teacher, x, seq_len, beta, t)).collect()
+}
+
+/// One lookup of position `t`: `sum_s softmax_s(beta * q * x_s[key]) x_s[values]`.
+fn lookup<const V: usize>(x: &[f64], seq_len: usize, beta: f64, q: f64, key: usize, values: [usize; V]) -> [f64; V] {
+    let q = beta * q;
+    let max = (0..seq_len).map(|s| q * x[s * INPUT_DIM + key]).fold(f64::NEG_INFINITY, f64::max);
+    let mut total = 0.0;
+    let mut acc = [0.0; V];
+    for s in 0..seq_len {
+        let p = (q * x[s * INPUT_DIM + key] - max).exp();
+        total += p;
+        for (a, &v) in acc.iter_mut().zip(&values) {
+            *a += p * x[s * INPUT_DIM + v];
+        }
+    }
+    acc.map(|a| a / total)
 }
 
 /// The noiseless target of position `t` of `x [T, 4]`.
-pub fn teacher_row(x: &[f64], seq_len: usize, beta: f64, t: usize) -> [f64; OUTPUT_DIM] {
-    let mut y = [0.0; OUTPUT_DIM];
-    // (query feature, key feature, value features, output offset) of the two heads.
-    let heads = [(0, 1, [2, 3], 0), (1, 0, [3, 2], 2)];
-    for (query, key, values, offset) in heads {
-        let q = beta * x[t * INPUT_DIM + query];
-        let max = (0..seq_len).map(|s| q * x[s * INPUT_DIM + key]).fold(f64::NEG_INFINITY, f64::max);
-        let mut total = 0.0;
-        let mut acc = [0.0; 2];
-        for s in 0..seq_len {
-            let p = (q * x[s * INPUT_DIM + key] - max).exp();
-            total += p;
-            for (a, &v) in acc.iter_mut().zip(&values) {
-                *a += p * x[s * INPUT_DIM + v];
+pub fn teacher_row(teacher: Teacher, x: &[f64], seq_len: usize, beta: f64, t: usize) -> [f64; OUTPUT_DIM] {
+    let feature = |i: usize| x[t * INPUT_DIM + i];
+    match teacher {
+        Teacher::Lookup | Teacher::TwoHop => {
+            // (query feature, key feature, value features) of the two heads.
+            let [a0, a1] = lookup(x, seq_len, beta, feature(0), 1, [2, 3]);
+            let [b0, b1] = lookup(x, seq_len, beta, feature(1), 0, [3, 2]);
+            match teacher {
+                Teacher::TwoHop => {
+                    // The second hop asks with head A's answer.
+                    let [c0, c1] = lookup(x, seq_len, beta, a0, 1, [2, 3]);
+                    [c0, c1, b0, b1]
+                }
+                _ => [a0, a1, b0, b1],
             }
         }
-        y[offset] = acc[0] / total;
-        y[offset + 1] = acc[1] / total;
+        Teacher::FourHeads => std::array::from_fn(|i| lookup(x, seq_len, beta, feature(i), (i + 1) % 4, [(i + 2) % 4])[0]),
     }
-    y
 }
 
 /// Monte-Carlo estimate of the best loss a per-position model can reach,
 /// `E_t[Var(y_t | x_t)] + noise_std^2`: for `queries` draws of one position, the variance of its
 /// clean target over `contexts` draws of the other positions.
+/// Remembered per task within a process: a study runs hundreds of runs on a few tasks.
 pub fn per_position_floor(config: &TaskConfig, queries: usize, contexts: usize) -> f64 {
+    use std::sync::Mutex;
+    static KNOWN: Mutex<Vec<(TaskConfig, usize, usize, f64)>> = Mutex::new(Vec::new());
+    // Only the teacher, its parameters and the data seed matter, not the split sizes.
+    let key = TaskConfig { train_size: 0, valid_size: 0, test_size: 0, ..config.clone() };
+    let mut known = KNOWN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some((.., floor)) = known.iter().find(|(k, q, c, _)| *k == key && *q == queries && *c == contexts) {
+        return *floor;
+    }
+    let floor = estimate_per_position_floor(config, queries, contexts);
+    known.push((key, queries, contexts, floor));
+    floor
+}
+
+fn estimate_per_position_floor(config: &TaskConfig, queries: usize, contexts: usize) -> f64 {
     let t = config.seq_len;
     let mut rng = Rng::from_parts(&[config.seed, 99]);
     let mut total_variance = 0.0;
@@ -212,7 +277,7 @@ pub fn per_position_floor(config: &TaskConfig, queries: usize, contexts: usize) 
         for _ in 0..contexts {
             let mut x: Vec<f64> = (0..t * INPUT_DIM).map(|_| rng.normal()).collect();
             x[..INPUT_DIM].copy_from_slice(&query);
-            let y = teacher_row(&x, t, config.beta, 0);
+            let y = teacher_row(config.teacher, &x, t, config.beta, 0);
             for j in 0..OUTPUT_DIM {
                 sum[j] += y[j];
                 sum_sq[j] += y[j] * y[j];

@@ -22,7 +22,7 @@ fn tiny(overrides: &[&str]) -> RunConfig {
 }
 
 fn options(runs: &Path, resume: bool, stop_after: Option<usize>) -> RunOptions {
-    RunOptions { runs_dir: runs.to_path_buf(), data_dir: runs.join("data"), resume, stop_after, progress: false }
+    RunOptions { runs_dir: runs.to_path_buf(), data_dir: runs.join("data"), resume, stop_after, progress: false, stop_on_divergence: false }
 }
 
 fn final_weights(runs: &Path, name: &str) -> model::WeightMap {
