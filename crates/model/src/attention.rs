@@ -39,7 +39,10 @@ pub enum AttentionPath {
     /// autodiff), boolean masks with zeroed fully masked rows, no probabilities, no dropout.
     BurnFused,
     /// This crate's fused kernel with its own backward pass ([`fused::fused_attention`]): the CPU
-    /// backends, inference and training, boolean and causal masks, no probabilities, no dropout.
+    /// backends, inference and training, boolean and causal masks, no dropout. A training call
+    /// that returns the probabilities takes it too: the context comes from the kernel, the
+    /// probabilities from a masked softmax beside it, so the backward pass of the product with
+    /// the values (and of the probabilities, when the loss does not read them) is the kernel's.
     Kernel,
 }
 
@@ -48,8 +51,10 @@ pub enum AttentionPath {
 pub struct CallTraits {
     /// The call records gradients.
     pub autodiff: bool,
-    /// The call needs neither the probabilities nor dropout.
-    pub plain: bool,
+    /// Dropout on the probabilities is active (training with a rate above 0).
+    pub dropout: bool,
+    /// The call returns the probabilities.
+    pub probs: bool,
     /// Every mask of the call is boolean (the kernel's kind); false for torch's float masks.
     pub kernel_masks: bool,
     /// burn's fused op gives the call's masks their meaning.
@@ -60,9 +65,12 @@ impl AttentionPath {
     /// The fastest path that computes a call on `device`.
     pub fn fastest(device: &Device, call: CallTraits) -> Self {
         match () {
-            _ if !call.plain => Self::Exact,
+            _ if call.dropout => Self::Exact,
+            // In inference the decomposition computes the probabilities and the context in one
+            // pass; the kernel would compute the context a second time.
+            _ if call.probs && !call.autodiff => Self::Exact,
             _ if call.kernel_masks && fused::supports(device) => Self::Kernel,
-            _ if !call.autodiff && call.burn_masks_match => Self::BurnFused,
+            _ if !call.probs && !call.autodiff && call.burn_masks_match => Self::BurnFused,
             _ => Self::Exact,
         }
     }
@@ -199,4 +207,20 @@ pub fn attend(
     };
     let total = weights.clone().sum_dim(3).clamp_min(f32::MIN_POSITIVE); // [B, h, T, 1]
     (weights.matmul(v) / total, None) // [B, h, T, dv]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_call_without_dropout_trains_on_the_kernel_on_the_cpu_backends() {
+        let flex = Device::flex().autodiff();
+        let call = |autodiff, dropout, probs, kernel_masks| CallTraits { autodiff, dropout, probs, kernel_masks, burn_masks_match: true };
+        assert_eq!(AttentionPath::fastest(&flex, call(true, false, false, true)), AttentionPath::Kernel);
+        assert_eq!(AttentionPath::fastest(&flex, call(true, false, true, true)), AttentionPath::Kernel, "scores in training");
+        assert_eq!(AttentionPath::fastest(&flex, call(false, false, true, true)), AttentionPath::Exact, "scores in inference: one pass");
+        assert_eq!(AttentionPath::fastest(&flex, call(true, true, false, true)), AttentionPath::Exact, "dropout");
+        assert_eq!(AttentionPath::fastest(&flex, call(true, false, false, false)), AttentionPath::Exact, "float masks");
+    }
 }

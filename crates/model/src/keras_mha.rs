@@ -42,7 +42,7 @@ use burn::nn::Linear;
 use burn::tensor::activation::sigmoid;
 use burn::tensor::{Bool, Device, Distribution, Tensor, TensorData};
 
-use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, ProbsDropout, attend, burn_fused_attention, merge_heads, scaled_logits, split_heads, transpose_heads};
+use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, ProbsDropout, attend, burn_fused_attention, masked_softmax, merge_heads, scaled_logits, split_heads, transpose_heads};
 use crate::fused::{self, BoolMask, FusedCall, linear_forward};
 use crate::dense::{linear, linear_weights};
 use crate::initializer::{KerasInitializer, keras_fans};
@@ -474,7 +474,8 @@ impl KerasMha {
     /// return_attention_scores)`.
     ///
     /// Takes the fastest [`AttentionPath`] that computes the call: on the CPU backends a call
-    /// without scores or active dropout runs the fused kernel, masks included (training too);
+    /// without active dropout runs the fused kernel, masks included (training too; scores only
+    /// in training, where they come from a softmax beside the kernel);
     /// elsewhere inference without an attention mask, scores or dropout runs burn's fused op (with
     /// no attention mask no row is fully masked, so its zeroed rows never show); everything else
     /// the decomposed path of [`KerasMha::forward_exact`].
@@ -517,7 +518,8 @@ impl KerasMha {
         let dropout_active = input.training && self.dropout > 0.0;
         let call = CallTraits {
             autodiff: input.query.is_autodiff(),
-            plain: !input.return_attention_scores && !dropout_active,
+            dropout: dropout_active,
+            probs: input.return_attention_scores,
             kernel_masks: true,
             burn_masks_match: input.attention_mask.is_none() || rows == FullyMaskedRows::Zero,
         };
@@ -540,9 +542,13 @@ impl KerasMha {
         let scale = (1.0 / (k as f64).sqrt()) as f32;
         let (context, attention_scores) = match path {
             AttentionPath::Kernel => {
+                let probs = input.return_attention_scores.then(|| {
+                    let blocked = blocked_pairs(input.attention_mask.clone(), input.use_causal_mask, [batch, h, query_len, source_len], &q.device());
+                    masked_softmax(scaled_logits(q.clone(), kk.clone(), scale), blocked, rows) // [B, h, T, S]
+                });
                 let allowed = input.attention_mask.map(|mask| BoolMask::from_tensor(mask.unsqueeze_dim(1))); // [B, 1, T, S]
                 let call = FusedCall { scale, allowed, causal: input.use_causal_mask, rows };
-                (fused::fused_attention(q, kk, v, call), None) // [B, T, h, v]
+                (fused::fused_attention(q, kk, v, call), probs) // [B, T, h, v]
             }
             AttentionPath::BurnFused => {
                 let blocked = blocked_pairs(input.attention_mask, input.use_causal_mask, [batch, h, query_len, source_len], &q.device());

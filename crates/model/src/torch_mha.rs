@@ -352,8 +352,9 @@ impl TorchMha {
     /// average_attn_weights)`.
     ///
     /// Takes the fastest [`AttentionPath`] that computes the call: on the CPU backends a call
-    /// without weights, float masks or active dropout runs the fused kernel (boolean masks and
-    /// training included); elsewhere such inference runs burn's fused op (which, like torch,
+    /// without float masks or active dropout runs the fused kernel (boolean masks and training
+    /// included; weights only in training, where they come from a softmax beside the kernel);
+    /// elsewhere inference without weights runs burn's fused op (which, like torch,
     /// gives fully blocked rows zero attention); everything else the decomposed path of
     /// [`TorchMha::forward_exact`].
     pub fn forward(&self, input: TorchMhaInput) -> Result<TorchMhaOutput> {
@@ -362,7 +363,8 @@ impl TorchMha {
         let boolean_masks = !matches!(input.attn_mask, Some(AttnMask::Additive(_)));
         let call = CallTraits {
             autodiff: input.query.is_autodiff(),
-            plain: !input.need_weights && !dropout_active,
+            dropout: dropout_active,
+            probs: input.need_weights,
             kernel_masks: boolean_masks,
             burn_masks_match: boolean_masks,
         };
@@ -408,9 +410,20 @@ impl TorchMha {
         let shape = [batch, h, query_len, source_len];
         let (context, attn_weights) = match path {
             AttentionPath::Kernel => {
+                let weights = match input.need_weights {
+                    true => {
+                        let (blocked, _) = blocked_and_bias(key_padding_mask.clone(), attn_mask.clone(), shape)?; // boolean masks: no bias
+                        let probs = masked_softmax(scaled_logits(q.clone(), k.clone(), scale), blocked, FullyMaskedRows::Zero); // [B, h, T, S]
+                        Some(match input.average_attn_weights {
+                            true => AttnWeights::Averaged(probs.mean_dim(1).squeeze_dim(1)), // [B, T, S]
+                            false => AttnWeights::PerHead(probs),
+                        })
+                    }
+                    false => None,
+                };
                 let allowed = allowed_pairs(key_padding_mask, attn_mask, shape)?;
                 let call = FusedCall { scale, allowed: allowed.map(BoolMask::from_tensor), causal: false, rows: FullyMaskedRows::Zero };
-                (fused::fused_attention(q, k, v, call), None) // [B, T, h, E/h]
+                (fused::fused_attention(q, k, v, call), weights) // [B, T, h, E/h]
             }
             AttentionPath::BurnFused => {
                 let (blocked, _) = blocked_and_bias(key_padding_mask, attn_mask, shape)?;

@@ -8,7 +8,7 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Gradients;
 use burn::tensor::{Bool, Device, Tensor, TensorData};
 use model::convert::keras_to_torch;
-use model::torch_mha::{AttnMask, TorchMhaInput};
+use model::torch_mha::{AttnMask, AttnWeights, TorchMhaInput};
 use model::{Backend, HostTensor, KerasMhaConfig, KerasMhaInput, WeightMap};
 
 use common::values;
@@ -123,6 +123,66 @@ fn torch_kernel_matches_the_exact_path_with_gradients() {
         let diff = max_scaled_diff(&run(false), &run(true));
         eprintln!("torch on {device:?}: {diff:e}");
         assert!(diff < 1e-6, "torch: kernel vs exact {diff:e}");
+    }
+}
+
+/// A training call that returns the probabilities runs the kernel for the context and a softmax
+/// beside it: the output, the probabilities and every gradient of a loss that reads both match
+/// the exact path, with masks and the causal mask (Keras) and key padding (torch).
+#[test]
+fn calls_returning_probabilities_train_on_the_kernel_exactly() {
+    let flat = |t: Tensor<3>| t.reshape([1, 1, -1]); // [1, 1, N]
+    let config = KerasMhaConfig::new(3, 5, 6).with_value_dim(Some(4));
+    let weights = keras_weights(&config, 31);
+    for device in cpu_backends() {
+        let device = device.autodiff();
+        let layer = config.init_with_weights(&weights, &device).unwrap();
+        let run = |exact: bool| {
+            let query = input([2, 13, 6], 32, &device);
+            let value = input([2, 17, 6], 33, &device);
+            let mask = bool_tensor([2, 13, 17], |i| i % 17 < 17 - 5 * (i / (13 * 17)), &device); // lengths 17, 12
+            let call = KerasMhaInput::new(query.clone(), value.clone()).attention_mask(mask).use_causal_mask(true).return_attention_scores(true);
+            let out = match exact {
+                true => layer.forward_exact(call),
+                false => layer.forward(call),
+            }
+            .unwrap();
+            let scores = out.attention_scores.expect("asked for"); // [B, h, T, S]
+            let both = Tensor::cat(vec![flat(out.output), flat(scores.reshape([2, 3 * 13, 17]))], 2); // [1, 1, N + M]
+            output_and_gradients(&layer, both, &[&query, &value])
+        };
+        let diff = max_scaled_diff(&run(false), &run(true));
+        assert!(diff < 1e-6, "keras scores on {device:?}: kernel vs exact {diff:e}");
+    }
+
+    let keras = KerasMhaConfig::new(4, 3, 12);
+    let converted = keras_to_torch(&keras, &keras_weights(&keras, 41)).unwrap();
+    for device in cpu_backends() {
+        let device = device.autodiff();
+        let mha = converted.config.init_with_state_dict(&converted.weights, &device).unwrap();
+        for average in [true, false] {
+            let run = |exact: bool| {
+                let query = input([2, 9, 12], 42, &device);
+                let key = input([2, 11, 12], 43, &device);
+                let ignored = bool_tensor([2, 11], |i| i % 11 >= 11 - 4 * (i / 11), &device); // lengths 11, 7
+                let mut call = TorchMhaInput::new(query.clone(), key.clone(), key.clone()).need_weights(true);
+                call.key_padding_mask = Some(ignored);
+                call.average_attn_weights = average;
+                let out = match exact {
+                    true => mha.forward_exact(call),
+                    false => mha.forward(call),
+                }
+                .unwrap();
+                let weights = match out.attn_weights.expect("asked for") {
+                    AttnWeights::Averaged(w) => w,                       // [B, T, S]
+                    AttnWeights::PerHead(w) => w.reshape([2, 4 * 9, 11]), // [B, h*T, S]
+                };
+                let both = Tensor::cat(vec![flat(out.output), flat(weights)], 2); // [1, 1, N + M]
+                output_and_gradients(&mha, both, &[&query, &key])
+            };
+            let diff = max_scaled_diff(&run(false), &run(true));
+            assert!(diff < 1e-6, "torch weights (average {average}) on {device:?}: kernel vs exact {diff:e}");
+        }
     }
 }
 
