@@ -40,9 +40,9 @@ use burn::config::Config;
 use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::activation::sigmoid;
-use burn::tensor::{Bool, Device, Distribution, Tensor, TensorData};
+use burn::tensor::{Bool, Device, Tensor, TensorData};
 
-use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, ProbsDropout, attend, burn_fused_attention, masked_softmax, merge_heads, scaled_logits, split_heads, transpose_heads};
+use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, burn_fused_attention, fresh_seed, masked_softmax, probs_dropout, merge_heads, scaled_logits, split_heads, transpose_heads};
 use crate::fused::{self, BoolMask, FusedCall, linear_forward};
 use crate::dense::{linear, linear_weights};
 use crate::initializer::{KerasInitializer, keras_fans};
@@ -473,9 +473,9 @@ impl KerasMha {
     /// The call `layer(query, value, key, attention_mask, use_causal_mask, training,
     /// return_attention_scores)`.
     ///
-    /// Takes the fastest [`AttentionPath`] that computes the call: on the CPU backends a call
-    /// without active dropout runs the fused kernel, masks included (training too; scores only
-    /// in training, where they come from a softmax beside the kernel);
+    /// Takes the fastest [`AttentionPath`] that computes the call: on the CPU backends every call
+    /// runs the fused kernel, masks and dropout included (scores only in training, where they
+    /// come from a softmax beside the kernel);
     /// elsewhere inference without an attention mask, scores or dropout runs burn's fused op (with
     /// no attention mask no row is fully masked, so its zeroed rows never show); everything else
     /// the decomposed path of [`KerasMha::forward_exact`].
@@ -520,6 +520,7 @@ impl KerasMha {
             autodiff: input.query.is_autodiff(),
             dropout: dropout_active,
             probs: input.return_attention_scores,
+            probs_after_dropout: false, // Keras returns the scores before dropout
             kernel_masks: true,
             burn_masks_match: input.attention_mask.is_none() || rows == FullyMaskedRows::Zero,
         };
@@ -540,6 +541,11 @@ impl KerasMha {
         let v = split_heads(linear_forward(&self.value, input.value), h); // [B, S, h, v]
         // Keras rounds 1/sqrt(key_dim) to float32 before using it (0.5 for k = 4).
         let scale = (1.0 / (k as f64).sqrt()) as f32;
+        // A seeded layer counts its dropout calls only, as Keras' seed generator advances only
+        // when dropout draws.
+        let rate = if input.training { self.dropout } else { 0.0 };
+        let seed = self.seed.filter(|_| rate > 0.0).map(|seed| [seed, self.dropout_calls.fetch_add(1, Ordering::Relaxed)]);
+        let dropout = probs_dropout(rate, seed, &q.device());
         let (context, attention_scores) = match path {
             AttentionPath::Kernel => {
                 let probs = input.return_attention_scores.then(|| {
@@ -547,7 +553,7 @@ impl KerasMha {
                     masked_softmax(scaled_logits(q.clone(), kk.clone(), scale), blocked, rows) // [B, h, T, S]
                 });
                 let allowed = input.attention_mask.map(|mask| BoolMask::from_tensor(mask.unsqueeze_dim(1))); // [B, 1, T, S]
-                let call = FusedCall { scale, allowed, causal: input.use_causal_mask, rows };
+                let call = FusedCall { scale, allowed, causal: input.use_causal_mask, rows, dropout };
                 (fused::fused_attention(q, kk, v, call), probs) // [B, T, h, v]
             }
             AttentionPath::BurnFused => {
@@ -557,10 +563,6 @@ impl KerasMha {
             AttentionPath::Exact => {
                 let blocked = blocked_pairs(input.attention_mask, input.use_causal_mask, [batch, h, query_len, source_len], &q.device());
                 let logits = scaled_logits(q, kk, scale); // [B, h, T, S]
-                let dropout = match input.training && self.dropout > 0.0 {
-                    true => ProbsDropout { rate: self.dropout, seed: self.seed.map(|seed| [seed, self.dropout_calls.fetch_add(1, Ordering::Relaxed)]) },
-                    false => ProbsDropout::NONE,
-                };
                 let (context, probs) = attend(logits, transpose_heads(v), blocked, rows, dropout, input.return_attention_scores); // [B, h, T, v], [B, h, T, S]
                 (transpose_heads(context), probs) // [B, T, h, v]
             }
@@ -669,12 +671,6 @@ impl KerasMha {
     pub fn num_params(&self) -> usize {
         Module::num_params(self)
     }
-}
-
-/// A seed for one unseeded draw, from `device`'s generator (so `device.seed(..)` fixes it).
-fn fresh_seed(device: &Device) -> u64 {
-    let bits = Tensor::<1>::random([2], Distribution::Uniform(0.0, 1.0), device).into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
-    bits.iter().fold(0u64, |seed, b| (seed << 32) | (b * u32::MAX as f32) as u64)
 }
 
 /// The blocked (query, key) pairs, true = may NOT attend, from a Keras mask (true = may attend)

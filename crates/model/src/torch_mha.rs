@@ -27,7 +27,7 @@ use burn::module::{Module, Param};
 use burn::nn::{Initializer, Linear};
 use burn::tensor::{Bool, Device, Tensor};
 
-use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, burn_fused_attention, dropout_probs, ProbsDropout, masked_softmax, merge_heads, scaled_logits, split_heads, transpose_heads};
+use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, burn_fused_attention, dropout_probs, masked_softmax, probs_dropout, merge_heads, scaled_logits, split_heads, transpose_heads};
 use crate::fused::{self, BoolMask, FusedCall, linear_forward};
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
@@ -352,8 +352,9 @@ impl TorchMha {
     /// average_attn_weights)`.
     ///
     /// Takes the fastest [`AttentionPath`] that computes the call: on the CPU backends a call
-    /// without float masks or active dropout runs the fused kernel (boolean masks and training
-    /// included; weights only in training, where they come from a softmax beside the kernel);
+    /// without float masks runs the fused kernel (boolean masks, training and dropout included;
+    /// weights only in training without dropout, where they come from a softmax beside the
+    /// kernel, since torch returns them after dropout);
     /// elsewhere inference without weights runs burn's fused op (which, like torch,
     /// gives fully blocked rows zero attention); everything else the decomposed path of
     /// [`TorchMha::forward_exact`].
@@ -365,6 +366,7 @@ impl TorchMha {
             autodiff: input.query.is_autodiff(),
             dropout: dropout_active,
             probs: input.need_weights,
+            probs_after_dropout: true, // torch returns the weights after dropout
             kernel_masks: boolean_masks,
             burn_masks_match: boolean_masks,
         };
@@ -408,6 +410,8 @@ impl TorchMha {
         // torch scales q by sqrt(1 / head_dim) before the product.
         let scale = (1.0 / (e / h) as f64).sqrt() as f32;
         let shape = [batch, h, query_len, source_len];
+        // torch draws its masks from its global generator; this one from the device's.
+        let dropout = probs_dropout(if input.training { self.dropout } else { 0.0 }, None, &q.device());
         let (context, attn_weights) = match path {
             AttentionPath::Kernel => {
                 let weights = match input.need_weights {
@@ -422,7 +426,7 @@ impl TorchMha {
                     false => None,
                 };
                 let allowed = allowed_pairs(key_padding_mask, attn_mask, shape)?;
-                let call = FusedCall { scale, allowed: allowed.map(BoolMask::from_tensor), causal: false, rows: FullyMaskedRows::Zero };
+                let call = FusedCall { scale, allowed: allowed.map(BoolMask::from_tensor), causal: false, rows: FullyMaskedRows::Zero, dropout };
                 (fused::fused_attention(q, k, v, call), weights) // [B, T, h, E/h]
             }
             AttentionPath::BurnFused => {
@@ -431,7 +435,6 @@ impl TorchMha {
             }
             AttentionPath::Exact => {
                 let (blocked, bias) = blocked_and_bias(key_padding_mask, attn_mask, shape)?;
-                let dropout = ProbsDropout { rate: if input.training { self.dropout } else { 0.0 }, seed: None }; // torch draws from its global generator
                 let v = transpose_heads(v); // [B, h, S, E/h]
                 let logits = scaled_logits(q, k, scale); // [B, h, T, S]
                 let logits = match bias {

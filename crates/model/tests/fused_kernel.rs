@@ -186,6 +186,69 @@ fn calls_returning_probabilities_train_on_the_kernel_exactly() {
     }
 }
 
+/// Dropout inside the kernel: the forward pass and both backward walks regenerate the keep-mask
+/// the exact path draws, so outputs and every gradient match it, for a seeded Keras layer with
+/// masks (its scores, before dropout, too) and for torch (whose seed comes from the device).
+#[test]
+fn dropout_in_the_kernel_matches_the_exact_path_with_gradients() {
+    let flat = |t: Tensor<3>| t.reshape([1, 1, -1]); // [1, 1, N]
+    for (heads, key_dim, width, query_len, source_len) in [(3, 5, 6, 13, 17), (2, 16, 8, 40, 33)] {
+        let config = KerasMhaConfig::new(heads, key_dim, width).with_dropout(0.3).with_seed(Some(5));
+        let weights = keras_weights(&config, 51);
+        for device in cpu_backends() {
+            let device = device.autodiff();
+            let run = |exact: bool| {
+                // A fresh layer per run: the same call index, so the same keep-mask.
+                let layer = config.init_with_weights(&weights, &device).unwrap();
+                let query = input([2, query_len, width], 52, &device);
+                let value = input([2, source_len, width], 53, &device);
+                let mask = bool_tensor([2, query_len, source_len], |i| i % source_len < source_len - 5 * (i / (query_len * source_len)), &device);
+                let call = KerasMhaInput::new(query.clone(), value.clone()).attention_mask(mask).use_causal_mask(true).training(true).return_attention_scores(true);
+                let out = match exact {
+                    true => layer.forward_exact(call),
+                    false => layer.forward(call),
+                }
+                .unwrap();
+                let scores = out.attention_scores.expect("asked for"); // [B, h, T, S]
+                let both = Tensor::cat(vec![flat(out.output), flat(scores.reshape([2, heads * query_len, source_len]))], 2);
+                output_and_gradients(&layer, both, &[&query, &value])
+            };
+            let (kernel, exact) = (run(false), run(true));
+            let diff = max_scaled_diff(&kernel, &exact);
+            assert!(diff < 1e-6, "keras dropout h={heads} k={key_dim} on {device:?}: kernel vs exact {diff:e}");
+            // And dropout did something: the output differs from the same call without it.
+            let plain = config.clone().with_dropout(0.0).init_with_weights(&weights, &device).unwrap();
+            let without = plain.forward(KerasMhaInput::new(input([2, query_len, width], 52, &device), input([2, source_len, width], 53, &device)).use_causal_mask(true)).unwrap().output;
+            assert_ne!(values_of(without), kernel[0][..2 * query_len * width].to_vec(), "no dropout happened");
+        }
+    }
+
+    let keras = KerasMhaConfig::new(4, 3, 12);
+    let mut converted = keras_to_torch(&keras, &keras_weights(&keras, 61)).unwrap();
+    converted.config = converted.config.with_dropout(0.2);
+    for device in cpu_backends() {
+        let device = device.autodiff();
+        let mha = converted.config.init_with_state_dict(&converted.weights, &device).unwrap();
+        let run = |exact: bool| {
+            device.seed(62); // the keep-mask's seed comes from the device's generator
+            let query = input([2, 9, 12], 63, &device);
+            let key = input([2, 11, 12], 64, &device);
+            let ignored = bool_tensor([2, 11], |i| i % 11 >= 11 - 4 * (i / 11), &device);
+            let mut call = TorchMhaInput::new(query.clone(), key.clone(), key.clone()).need_weights(false).training(true);
+            call.key_padding_mask = Some(ignored);
+            let output = match exact {
+                true => mha.forward_exact(call),
+                false => mha.forward(call),
+            }
+            .unwrap()
+            .output;
+            output_and_gradients(&mha, output, &[&query, &key])
+        };
+        let diff = max_scaled_diff(&run(false), &run(true));
+        assert!(diff < 1e-6, "torch dropout on {device:?}: kernel vs exact {diff:e}");
+    }
+}
+
 fn bool_tensor<const D: usize>(shape: [usize; D], f: impl Fn(usize) -> bool, device: &Device) -> Tensor<D, Bool> {
     let values: Vec<bool> = (0..shape.iter().product()).map(f).collect();
     Tensor::from_data(TensorData::new(values, shape), device)

@@ -261,6 +261,7 @@ fn forward_with(isa: Isa, query: Vec<f32>, key: Vec<f32>, value: Vec<f32>, dims:
                         mask: mask.row_block(&dims, pair, block),
                         rows: mask.rows,
                         source_len,
+                        dropout_scale: mask.dropout.map_or(1.0, |d| d.scale),
                         output,
                         row_max,
                         inv_row_sum,
@@ -372,6 +373,7 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool)
                         row_dot: row_dot[rows..][..LANES].try_into().expect("16 rows"),
                         mask: saved.mask.row_block(&dims, pair, block),
                         scale: saved.scale,
+                        dropout_scale: saved.mask.dropout.map_or(1.0, |m| m.scale),
                         query_grad,
                     };
                     dispatch!(isa, query_tile(job, scratch));
@@ -445,6 +447,8 @@ pub struct ForwardTile<'a> {
     mask: RowBlock<'a>,
     rows: FullyMaskedRows,
     source_len: usize,
+    /// `1 / (1 - rate)` with dropout, else 1.
+    dropout_scale: f32,
     /// `[16, Wv]`
     output: &'a mut [f32],
     /// `[16]`
@@ -485,6 +489,10 @@ fn forward_tile<V: Vector, const NR: usize, const FMA: bool>(job: ForwardTile, s
                 p = select(scratch.bits[j], p);
             }
             sum = lanes(|i| sum[i] + p[i]);
+            // Dropout after the normalising sum: the dropped entries still count in it.
+            if let Some(keep) = job.mask.keep_bits(start + j) {
+                p = select(keep, p);
+            }
             *s = p;
         }
         lane_accumulate::<V, NR>(scores, &job.value_rows[start * wv..], wv, context);
@@ -507,7 +515,8 @@ fn forward_tile<V: Vector, const NR: usize, const FMA: bool>(job: ForwardTile, s
             let inv = 1.0 / sum[i];
             job.row_max[i] = max[i];
             job.inv_row_sum[i] = inv;
-            row.iter_mut().zip(context.iter()).for_each(|(o, c)| *o = c[i] * inv);
+            let scaled = inv * job.dropout_scale;
+            row.iter_mut().zip(context.iter()).for_each(|(o, c)| *o = c[i] * scaled);
         }
     }
 }
@@ -560,6 +569,8 @@ pub struct KeyValueTile<'a> {
     /// `[Wv]`: the gradient every value row gets from uniformly attending rows.
     uniform_grad: Option<&'a [f32]>,
     mask: KeyBlock<'a>,
+    /// `1 / (1 - rate)` with dropout, else 1.
+    dropout_scale: f32,
     key_dim: usize,
     value_dim: usize,
     /// `[16, Wk]`: the block's keys, for `dq`.
@@ -603,6 +614,7 @@ impl<'a> KeyValueInputs<'a> {
             row_dot: &self.row_dot[pair * padded_t..][..padded_t],
             uniform_grad: self.uniform_grad.map(|u| &u[pair * wv..][..wv]),
             mask: self.mask.key_block(&d, pair, block),
+            dropout_scale: self.mask.dropout.map_or(1.0, |m| m.scale),
             key_dim: d.key_dim,
             value_dim: d.value_dim,
             key_grad,
@@ -634,8 +646,20 @@ fn key_value_tile<V: Vector, const NR: usize, const FMA: bool>(mut job: KeyValue
             if masked {
                 prob = select(job.mask.bits(t), prob);
             }
-            *g = lanes(|i| prob[i] * (g[i] - dot)); // ds_j
-            *p = prob;
+            match job.mask.keep_bits(t) {
+                // dv takes the dropped probabilities, and dp of a dropped entry is 0.
+                Some(keep) => {
+                    let scale = job.dropout_scale;
+                    let dp = select(keep, *g);
+                    *g = lanes(|i| prob[i] * (dp[i] * scale - dot)); // ds_j
+                    let kept = select(keep, prob);
+                    *p = lanes(|i| kept[i] * scale);
+                }
+                None => {
+                    *g = lanes(|i| prob[i] * (g[i] - dot)); // ds_j
+                    *p = prob;
+                }
+            }
         }
         lane_accumulate::<V, NR>(probs, &job.grad_rows[start * wv..], wv, value_acc);
         lane_accumulate::<V, NR>(grads, &job.query_rows[start * wk..], wk, key_acc);
@@ -695,6 +719,8 @@ pub struct QueryTile<'a> {
     row_dot: Lanes,
     mask: RowBlock<'a>,
     scale: f32,
+    /// `1 / (1 - rate)` with dropout, else 1.
+    dropout_scale: f32,
     /// `[16, Wk]`
     query_grad: &'a mut [f32],
 }
@@ -717,6 +743,10 @@ fn query_tile<V: Vector, const NR: usize, const FMA: bool>(job: QueryTile, scrat
             let mut prob = lanes(|i| exp_nonpositive::<FMA>(s[i] - max[i]) * inv[i]);
             if masked {
                 prob = select(job.mask.bits(start + j), prob);
+            }
+            if let Some(keep) = job.mask.keep_bits(start + j) {
+                let kept = select(keep, *g);
+                *g = lanes(|i| kept[i] * job.dropout_scale); // dp of the dropped probabilities
             }
             *g = lanes(|i| prob[i] * (g[i] - dot[i])); // ds_j
         }

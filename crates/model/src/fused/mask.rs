@@ -19,6 +19,7 @@ use rayon::prelude::*;
 use crate::attention::FullyMaskedRows;
 
 use super::kernel::{Dims, LANES};
+use super::dropout::KeepMask;
 
 /// Every lane allowed.
 pub const FULL: u16 = u16::MAX;
@@ -69,6 +70,8 @@ pub struct Mask {
     pub causal: bool,
     pub rows: FullyMaskedRows,
     bits: Option<MaskBits>,
+    /// Dropout on the probabilities: which allowed pairs are kept ([`Mask::with_dropout`]).
+    pub dropout: Option<KeepMask>,
 }
 
 /// An explicit mask packed into bits, in both orientations, with the extent of each tile.
@@ -91,14 +94,19 @@ struct MaskBits {
 impl Mask {
     /// No explicit mask: only the causal rule (if any) and the key bound.
     pub fn new(causal: bool, rows: FullyMaskedRows) -> Self {
-        Self { causal, rows, bits: None }
+        Self { causal, rows, bits: None, dropout: None }
     }
 
     /// The rule for `dims` with an explicit mask, which must broadcast to `[B, h, T, S]`.
     pub fn with_mask(causal: bool, rows: FullyMaskedRows, mask: Option<BoolMask>, dims: Dims) -> Self {
         let (mask_is_causal, mask) = mask.map_or((false, None), BoolMask::compact);
         let bits = mask.map(|mask| MaskBits::pack(&mask, dims));
-        Self { causal: causal || mask_is_causal, rows, bits }
+        Self { causal: causal || mask_is_causal, rows, bits, dropout: None }
+    }
+
+    /// The same rule with dropout on the probabilities.
+    pub fn with_dropout(self, dropout: Option<KeepMask>) -> Self {
+        Self { dropout, ..self }
     }
 
     /// Whether some (query, key) pair of a non-empty call may be blocked.
@@ -121,7 +129,8 @@ impl Mask {
         if self.causal {
             keys.1 = keys.1.min(first_row + LANES); // the block's last row attends keys up to itself
         }
-        RowBlock { first_row, source_len: dims.source_len, causal: self.causal, bits, keys: aligned(keys, dims.padded_source_len()) }
+        let keep = self.dropout.map(|mask| (mask, std::array::from_fn(|i| mask.row(pair, first_row + i))));
+        RowBlock { first_row, source_len: dims.source_len, causal: self.causal, bits, keep, keys: aligned(keys, dims.padded_source_len()) }
     }
 
     /// The rule as seen by 16 keys `block * 16 ..` of pair `pair`.
@@ -149,6 +158,7 @@ impl Mask {
             causal: self.causal,
             bits,
             per_row,
+            keep: self.dropout.map(|mask| (mask, pair)),
             queries: aligned(queries, dims.padded_query_len()),
         }
     }
@@ -183,6 +193,8 @@ pub struct RowBlock<'a> {
     causal: bool,
     /// `[S']` for this block.
     bits: Option<&'a [u16]>,
+    /// The dropout mask and the hashes of the block's 16 rows.
+    keep: Option<(KeepMask, [u32; LANES])>,
     /// The keys to visit, `[lo, hi)` in whole lane blocks.
     pub keys: (usize, usize),
 }
@@ -206,6 +218,12 @@ impl RowBlock<'_> {
     pub fn all_allowed(&self, hi: usize) -> bool {
         hi <= self.source_len && self.bits.is_none() && (!self.causal || hi <= self.first_row + 1)
     }
+
+    /// With dropout: the block's rows that keep `key` (bit `i` = row `first_row + i`).
+    #[inline(always)]
+    pub fn keep_bits(&self, key: usize) -> Option<u16> {
+        self.keep.as_ref().map(|(mask, rows)| mask.row_bits(rows, key))
+    }
 }
 
 /// The rule for one block of 16 keys.
@@ -219,6 +237,8 @@ pub struct KeyBlock<'a> {
     /// `[T]` (or `[1]` for a key-padding mask) for this block.
     bits: Option<&'a [u16]>,
     per_row: bool,
+    /// The dropout mask and the (batch, head) pair.
+    keep: Option<(KeepMask, usize)>,
     /// The query rows to visit, `[lo, hi)` in whole lane blocks.
     pub queries: (usize, usize),
 }
@@ -244,6 +264,12 @@ impl KeyBlock<'_> {
     #[inline(always)]
     pub fn all_allowed(&self, t: usize, n: usize) -> bool {
         t + n <= self.query_len && self.key_bound == FULL && self.bits.is_none() && (!self.causal || t >= self.first_key + LANES - 1)
+    }
+
+    /// With dropout: the block's keys that row `t` keeps (bit `i` = key `first_key + i`).
+    #[inline(always)]
+    pub fn keep_bits(&self, t: usize) -> Option<u16> {
+        self.keep.map(|(mask, pair)| mask.key_bits(mask.row(pair, t), self.first_key))
     }
 }
 

@@ -4,10 +4,12 @@
 //! * [`kernel`]: the algorithm on host slices, tiled and parallel over (batch, head, 16 rows);
 //! * [`tile`]: the two register-blocked products the kernel is made of;
 //! * [`mask`]: causal, key-padding and general boolean masks as bits, with the tiles they skip;
+//! * [`dropout`]: dropout on the probabilities as a counter-based keep-mask both passes regenerate;
 //! * [`op`]: the kernel as a Burn backend operation with its own backward pass;
 //! * [`exp`]: the vectorisable `exp` the kernel uses;
 //! * [`gemm`] and [`linear`]: the dense layers' product on the same tiles, as a backend operation.
 
+pub mod dropout;
 pub mod exp;
 pub mod gemm;
 pub mod kernel;

@@ -17,6 +17,7 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, NdArray, TensorMetadata, backend_extension};
 use burn::tensor::{Bool, BoolStore, DType, Tensor, TensorData};
 
+use super::dropout::KeepMask;
 use super::kernel::{self, Dims};
 use super::mask::{BoolMask, Mask};
 use crate::attention::FullyMaskedRows;
@@ -31,6 +32,8 @@ pub struct FusedCall {
     pub causal: bool,
     /// What a query row with no allowed key gets.
     pub rows: FullyMaskedRows,
+    /// Dropout on the probabilities (training), its keep-mask.
+    pub dropout: Option<KeepMask>,
 }
 
 /// `softmax(scale · q kᵀ, mask) v` as one backend operation. The default body runs the kernel on
@@ -103,7 +106,7 @@ fn host_forward<B: Backend>(
     let [batch, query_len, heads, key_dim] = query_shape;
     let [_, source_len, _, value_dim] = value_shape;
     let dims = Dims { batch, heads, query_len, source_len, key_dim, value_dim };
-    let mask = Mask::with_mask(call.causal, call.rows, call.allowed, dims);
+    let mask = Mask::with_mask(call.causal, call.rows, call.allowed, dims).with_dropout(call.dropout);
     let (output, saved) = kernel::forward(query, key, value, dims, call.scale, mask);
     // The kernel computes in float32; the output keeps the input's precision.
     let output = TensorData::new(output, [batch, query_len, heads, value_dim]).convert_dtype(dtype);
