@@ -339,6 +339,17 @@ pub enum AttnWeights {
     PerHead(Tensor<4>),
 }
 
+impl AttnWeights {
+    /// The weights a call returns from its probabilities `[B, h, T, S]`: their mean over heads
+    /// when `average` (torch's `average_attn_weights`), else all of them.
+    fn of(probs: Tensor<4>, average: bool) -> Self {
+        match average {
+            true => AttnWeights::Averaged(probs.mean_dim(1).squeeze_dim(1)), // [B, T, S]
+            false => AttnWeights::PerHead(probs),
+        }
+    }
+}
+
 /// The result of a call.
 #[derive(Debug, Clone)]
 pub struct TorchMhaOutput {
@@ -418,10 +429,7 @@ impl TorchMha {
                     true => {
                         let (blocked, _) = blocked_and_bias(key_padding_mask.clone(), attn_mask.clone(), shape)?; // boolean masks: no bias
                         let probs = masked_softmax(scaled_logits(q.clone(), k.clone(), scale), blocked, FullyMaskedRows::Zero); // [B, h, T, S]
-                        Some(match input.average_attn_weights {
-                            true => AttnWeights::Averaged(probs.mean_dim(1).squeeze_dim(1)), // [B, T, S]
-                            false => AttnWeights::PerHead(probs),
-                        })
+                        Some(AttnWeights::of(probs, input.average_attn_weights))
                     }
                     false => None,
                 };
@@ -444,10 +452,7 @@ impl TorchMha {
                 if input.need_weights {
                     // torch returns the weights after dropout.
                     let probs = dropout_probs(masked_softmax(logits, blocked, FullyMaskedRows::Zero), dropout); // [B, h, T, S]
-                    let weights = match input.average_attn_weights {
-                        true => AttnWeights::Averaged(probs.clone().mean_dim(1).squeeze_dim(1)), // [B, T, S]
-                        false => AttnWeights::PerHead(probs.clone()),
-                    };
+                    let weights = AttnWeights::of(probs.clone(), input.average_attn_weights);
                     (transpose_heads(probs.matmul(v)), Some(weights)) // [B, T, h, E/h]
                 } else {
                     (transpose_heads(attend(logits, v, blocked, FullyMaskedRows::Zero, dropout, false).0), None) // [B, T, h, E/h]

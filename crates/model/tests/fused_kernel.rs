@@ -8,8 +8,8 @@ use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Gradients;
 use burn::tensor::{Bool, Device, Tensor, TensorData};
 use model::convert::keras_to_torch;
-use model::torch_mha::{AttnMask, AttnWeights, TorchMhaInput};
-use model::{Backend, HostTensor, KerasMhaConfig, KerasMhaInput, WeightMap};
+use model::torch_mha::{AttnMask, AttnWeights, TorchMha, TorchMhaInput, TorchMhaOutput};
+use model::{Backend, HostTensor, KerasMha, KerasMhaConfig, KerasMhaInput, KerasMhaOutput, WeightMap};
 
 use common::values;
 
@@ -66,6 +66,24 @@ fn max_scaled_diff(ours: &[Vec<f32>], reference: &[Vec<f32>]) -> f32 {
     pairs.map(|(x, y)| (x - y).abs()).fold(0.0, f32::max) / scale
 }
 
+/// A Keras call on the exact path, or on the fastest one (the kernel on the CPU backends).
+fn keras_call(layer: &KerasMha, call: KerasMhaInput, exact: bool) -> KerasMhaOutput {
+    match exact {
+        true => layer.forward_exact(call),
+        false => layer.forward(call),
+    }
+    .unwrap()
+}
+
+/// A torch call on the exact path, or on the fastest one (the kernel on the CPU backends).
+fn torch_call(mha: &TorchMha, call: TorchMhaInput, exact: bool) -> TorchMhaOutput {
+    match exact {
+        true => mha.forward_exact(call),
+        false => mha.forward(call),
+    }
+    .unwrap()
+}
+
 fn cpu_backends() -> [Device; 2] {
     [Backend::Ndarray.device(Default::default()).unwrap(), Backend::Flex.device(Default::default()).unwrap()]
 }
@@ -86,12 +104,7 @@ fn keras_kernel_matches_the_exact_path_with_gradients() {
                 let query = input([2, query_len, width], 11, &device);
                 let value = input([2, source_len, width], 12, &device);
                 let call = KerasMhaInput::new(query.clone(), value.clone());
-                let output = match exact {
-                    true => layer.forward_exact(call),
-                    false => layer.forward(call),
-                }
-                .unwrap()
-                .output;
+                let output = keras_call(&layer, call, exact).output;
                 output_and_gradients(&layer, output, &[&query, &value])
             };
             let diff = max_scaled_diff(&run(false), &run(true));
@@ -112,12 +125,7 @@ fn torch_kernel_matches_the_exact_path_with_gradients() {
             let query = input([3, 21, 24], 22, &device);
             let key = input([3, 30, 24], 23, &device);
             let call = TorchMhaInput::new(query.clone(), key.clone(), key.clone()).need_weights(false);
-            let output = match exact {
-                true => mha.forward_exact(call),
-                false => mha.forward(call),
-            }
-            .unwrap()
-            .output;
+            let output = torch_call(&mha, call, exact).output;
             output_and_gradients(&mha, output, &[&query, &key])
         };
         let diff = max_scaled_diff(&run(false), &run(true));
@@ -142,11 +150,7 @@ fn calls_returning_probabilities_train_on_the_kernel_exactly() {
             let value = input([2, 17, 6], 33, &device);
             let mask = bool_tensor([2, 13, 17], |i| i % 17 < 17 - 5 * (i / (13 * 17)), &device); // lengths 17, 12
             let call = KerasMhaInput::new(query.clone(), value.clone()).attention_mask(mask).use_causal_mask(true).return_attention_scores(true);
-            let out = match exact {
-                true => layer.forward_exact(call),
-                false => layer.forward(call),
-            }
-            .unwrap();
+            let out = keras_call(&layer, call, exact);
             let scores = out.attention_scores.expect("asked for"); // [B, h, T, S]
             let both = Tensor::cat(vec![flat(out.output), flat(scores.reshape([2, 3 * 13, 17]))], 2); // [1, 1, N + M]
             output_and_gradients(&layer, both, &[&query, &value])
@@ -168,11 +172,7 @@ fn calls_returning_probabilities_train_on_the_kernel_exactly() {
                 let mut call = TorchMhaInput::new(query.clone(), key.clone(), key.clone()).need_weights(true);
                 call.key_padding_mask = Some(ignored);
                 call.average_attn_weights = average;
-                let out = match exact {
-                    true => mha.forward_exact(call),
-                    false => mha.forward(call),
-                }
-                .unwrap();
+                let out = torch_call(&mha, call, exact);
                 let weights = match out.attn_weights.expect("asked for") {
                     AttnWeights::Averaged(w) => w,                       // [B, T, S]
                     AttnWeights::PerHead(w) => w.reshape([2, 4 * 9, 11]), // [B, h*T, S]
@@ -204,11 +204,7 @@ fn dropout_in_the_kernel_matches_the_exact_path_with_gradients() {
                 let value = input([2, source_len, width], 53, &device);
                 let mask = bool_tensor([2, query_len, source_len], |i| i % source_len < source_len - 5 * (i / (query_len * source_len)), &device);
                 let call = KerasMhaInput::new(query.clone(), value.clone()).attention_mask(mask).use_causal_mask(true).training(true).return_attention_scores(true);
-                let out = match exact {
-                    true => layer.forward_exact(call),
-                    false => layer.forward(call),
-                }
-                .unwrap();
+                let out = keras_call(&layer, call, exact);
                 let scores = out.attention_scores.expect("asked for"); // [B, h, T, S]
                 let both = Tensor::cat(vec![flat(out.output), flat(scores.reshape([2, heads * query_len, source_len]))], 2);
                 output_and_gradients(&layer, both, &[&query, &value])
@@ -236,12 +232,7 @@ fn dropout_in_the_kernel_matches_the_exact_path_with_gradients() {
             let ignored = bool_tensor([2, 11], |i| i % 11 >= 11 - 4 * (i / 11), &device);
             let mut call = TorchMhaInput::new(query.clone(), key.clone(), key.clone()).need_weights(false).training(true);
             call.key_padding_mask = Some(ignored);
-            let output = match exact {
-                true => mha.forward_exact(call),
-                false => mha.forward(call),
-            }
-            .unwrap()
-            .output;
+            let output = torch_call(&mha, call, exact).output;
             output_and_gradients(&mha, output, &[&query, &key])
         };
         let diff = max_scaled_diff(&run(false), &run(true));
@@ -277,11 +268,8 @@ fn keras_kernel_matches_the_exact_path_under_every_mask() {
                     if let Some(mask) = mask.clone() {
                         call = call.attention_mask(mask);
                     }
-                    let output = match exact {
-                        true => layer.forward_exact(call),
-                        false => layer.forward(call),
-                    };
-                    output_and_gradients(&layer, output.unwrap().output, &[&query, &value])
+                    let output = keras_call(&layer, call, exact);
+                    output_and_gradients(&layer, output.output, &[&query, &value])
                 };
                 let diff = max_scaled_diff(&run(false), &run(true));
                 eprintln!("keras {name} h={heads} k={key_dim} dropout={dropout} on {device:?}: {diff:e}");
@@ -320,11 +308,8 @@ fn torch_kernel_matches_the_exact_path_under_every_mask() {
                 if let Some(attn) = attn.clone() {
                     call = call.attn_mask(attn);
                 }
-                let output = match exact {
-                    true => mha.forward_exact(call),
-                    false => mha.forward(call),
-                };
-                output_and_gradients(&mha, output.unwrap().output, &[&query, &key])
+                let output = torch_call(&mha, call, exact);
+                output_and_gradients(&mha, output.output, &[&query, &key])
             };
             let diff = max_scaled_diff(&run(false), &run(true));
             eprintln!("torch {name} on {device:?}: {diff:e}");

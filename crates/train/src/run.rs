@@ -202,9 +202,11 @@ pub fn train(config: &RunConfig, options: &RunOptions) -> Result<Option<Summary>
         Some(_) => f64::NAN,
         None => evaluate(&inference, &data.test, batch, 0, &device)?,
     };
+    // A run that diverged (or finished no epoch) has no last epoch to report.
+    let no_epoch = EpochRow { epoch: 0, step: 0, train_loss: f64::NAN, valid_loss: f64::NAN, seconds: 0.0 };
     let last = match diverged_at_step {
-        Some(_) => EpochRow { epoch: 0, step: 0, train_loss: f64::NAN, valid_loss: f64::NAN, seconds: 0.0 },
-        None => position.epochs.last().copied().unwrap_or(EpochRow { epoch: 0, step: 0, train_loss: f64::NAN, valid_loss: f64::NAN, seconds: 0.0 }),
+        Some(_) => no_epoch,
+        None => position.epochs.last().copied().unwrap_or(no_epoch),
     };
     let summary = Summary {
         name: config.name.clone(),

@@ -261,7 +261,6 @@ fn forward_with(isa: Isa, query: Vec<f32>, key: Vec<f32>, value: Vec<f32>, dims:
                         mask: mask.row_block(&dims, pair, block),
                         rows: mask.rows,
                         source_len,
-                        dropout_scale: mask.dropout.map_or(1.0, |d| d.scale),
                         output,
                         row_max,
                         inv_row_sum,
@@ -373,7 +372,6 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool)
                         row_dot: row_dot[rows..][..LANES].try_into().expect("16 rows"),
                         mask: saved.mask.row_block(&dims, pair, block),
                         scale: saved.scale,
-                        dropout_scale: saved.mask.dropout.map_or(1.0, |m| m.scale),
                         query_grad,
                     };
                     dispatch!(isa, query_tile(job, scratch));
@@ -447,8 +445,6 @@ pub struct ForwardTile<'a> {
     mask: RowBlock<'a>,
     rows: FullyMaskedRows,
     source_len: usize,
-    /// `1 / (1 - rate)` with dropout, else 1.
-    dropout_scale: f32,
     /// `[16, Wv]`
     output: &'a mut [f32],
     /// `[16]`
@@ -515,7 +511,7 @@ fn forward_tile<V: Vector, const NR: usize, const FMA: bool>(job: ForwardTile, s
             let inv = 1.0 / sum[i];
             job.row_max[i] = max[i];
             job.inv_row_sum[i] = inv;
-            let scaled = inv * job.dropout_scale;
+            let scaled = inv * job.mask.dropout_scale();
             row.iter_mut().zip(context.iter()).for_each(|(o, c)| *o = c[i] * scaled);
         }
     }
@@ -569,8 +565,6 @@ pub struct KeyValueTile<'a> {
     /// `[Wv]`: the gradient every value row gets from uniformly attending rows.
     uniform_grad: Option<&'a [f32]>,
     mask: KeyBlock<'a>,
-    /// `1 / (1 - rate)` with dropout, else 1.
-    dropout_scale: f32,
     key_dim: usize,
     value_dim: usize,
     /// `[16, Wk]`: the block's keys, for `dq`.
@@ -614,7 +608,6 @@ impl<'a> KeyValueInputs<'a> {
             row_dot: &self.row_dot[pair * padded_t..][..padded_t],
             uniform_grad: self.uniform_grad.map(|u| &u[pair * wv..][..wv]),
             mask: self.mask.key_block(&d, pair, block),
-            dropout_scale: self.mask.dropout.map_or(1.0, |m| m.scale),
             key_dim: d.key_dim,
             value_dim: d.value_dim,
             key_grad,
@@ -649,7 +642,7 @@ fn key_value_tile<V: Vector, const NR: usize, const FMA: bool>(mut job: KeyValue
             match job.mask.keep_bits(t) {
                 // dv takes the dropped probabilities, and dp of a dropped entry is 0.
                 Some(keep) => {
-                    let scale = job.dropout_scale;
+                    let scale = job.mask.dropout_scale();
                     let dp = select(keep, *g);
                     *g = lanes(|i| prob[i] * (dp[i] * scale - dot)); // ds_j
                     let kept = select(keep, prob);
@@ -719,8 +712,6 @@ pub struct QueryTile<'a> {
     row_dot: Lanes,
     mask: RowBlock<'a>,
     scale: f32,
-    /// `1 / (1 - rate)` with dropout, else 1.
-    dropout_scale: f32,
     /// `[16, Wk]`
     query_grad: &'a mut [f32],
 }
@@ -746,7 +737,8 @@ fn query_tile<V: Vector, const NR: usize, const FMA: bool>(job: QueryTile, scrat
             }
             if let Some(keep) = job.mask.keep_bits(start + j) {
                 let kept = select(keep, *g);
-                *g = lanes(|i| kept[i] * job.dropout_scale); // dp of the dropped probabilities
+                let scale = job.mask.dropout_scale();
+                *g = lanes(|i| kept[i] * scale); // dp of the dropped probabilities
             }
             *g = lanes(|i| prob[i] * (g[i] - dot[i])); // ds_j
         }

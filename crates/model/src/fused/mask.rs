@@ -224,6 +224,12 @@ impl RowBlock<'_> {
     pub fn keep_bits(&self, key: usize) -> Option<u16> {
         self.keep.as_ref().map(|(mask, rows)| mask.row_bits(rows, key))
     }
+
+    /// What kept probabilities are scaled by: `1 / (1 - rate)` with dropout, else 1.
+    #[inline(always)]
+    pub fn dropout_scale(&self) -> f32 {
+        self.keep.as_ref().map_or(1.0, |(mask, _)| mask.scale)
+    }
 }
 
 /// The rule for one block of 16 keys.
@@ -270,6 +276,12 @@ impl KeyBlock<'_> {
     #[inline(always)]
     pub fn keep_bits(&self, t: usize) -> Option<u16> {
         self.keep.map(|(mask, pair)| mask.key_bits(mask.row(pair, t), self.first_key))
+    }
+
+    /// What kept probabilities are scaled by: `1 / (1 - rate)` with dropout, else 1.
+    #[inline(always)]
+    pub fn dropout_scale(&self) -> f32 {
+        self.keep.map_or(1.0, |(mask, _)| mask.scale)
     }
 }
 
