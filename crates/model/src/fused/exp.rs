@@ -18,6 +18,8 @@ const LN2_LO: f32 = -2.121_944_4e-4;
 /// the low mantissa bits: the sum's bit pattern is `ROUND_MAGIC.to_bits() + n`.
 const ROUND_MAGIC: f32 = 12_582_912.0;
 
+use super::tile::Vector;
+
 /// `a * b + c`, fused when the kernel is compiled for a CPU with FMA (a libm call otherwise).
 #[inline(always)]
 pub fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
@@ -44,6 +46,22 @@ pub fn exp_nonpositive<const FMA: bool>(x: f32) -> f32 {
     exp_r * two_to_n
 }
 
+/// [`exp_nonpositive`] on a vector, the same operations in the same order (fused multiply-adds
+/// where `V` has them), for the kernel's per-key loops.
+#[inline(always)]
+pub fn exp_nonpositive_vector<V: Vector>(x: V) -> V {
+    let clamped = x.max(V::splat(UNDERFLOW));
+    let rounded = clamped.mul(V::splat(LOG2_E)).add(V::splat(ROUND_MAGIC));
+    let n = rounded.sub(V::splat(ROUND_MAGIC));
+    let r = n.mul_add(V::splat(-LN2_LO), n.mul_add(V::splat(-LN2_HI), clamped));
+    let mut p = V::splat(1.987_569_1e-4);
+    for c in [1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5] {
+        p = p.mul_add(r, V::splat(c));
+    }
+    let exp_r = p.mul_add(r.mul(r), r).add(V::splat(1.0));
+    exp_r.mul(rounded.pow2_of_rounded(ROUND_MAGIC))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,6 +78,19 @@ mod tests {
             }
         }
         assert!(worst_ulps <= 2.0, "worst error {worst_ulps} ulp");
+    }
+
+    #[test]
+    fn the_vector_exp_is_the_scalar_one_lane_by_lane() {
+        use crate::fused::tile::{Lanes, Portable, lanes};
+        for block in 0..1000 {
+            let x: Lanes = lanes(|i| -90.0 * (block * 16 + i) as f32 / 16_000.0);
+            let mut got = [0.0; 16];
+            exp_nonpositive_vector(Portable::load(&x)).store(&mut got);
+            for i in 0..16 {
+                assert_eq!(got[i].to_bits(), exp_nonpositive::<false>(x[i]).to_bits(), "exp({})", x[i]);
+            }
+        }
     }
 
     #[test]

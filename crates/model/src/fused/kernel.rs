@@ -33,7 +33,7 @@
 
 use rayon::prelude::*;
 
-use super::exp::exp_nonpositive;
+use super::exp::{exp_nonpositive, exp_nonpositive_vector};
 use super::mask::{FULL, KeyBlock, Mask, RowBlock};
 use super::tile::{Lanes, Portable, Vector, lane_accumulate, lane_dots, lane_max, lanes};
 use crate::attention::FullyMaskedRows;
@@ -414,8 +414,9 @@ pub struct Scratch {
     scores: Vec<Lanes>,
     /// `[STEP]`: one step's `dp` (then `ds`).
     grads: Vec<Lanes>,
-    /// `[STEP]`: one step's mask bits.
+    /// `[STEP]`: one step's mask bits, and its dropout keep bits.
     bits: Vec<u16>,
+    keep: Vec<u16>,
     /// `[max(Wk, Wv)]` x 2: accumulators of the tile's outputs.
     first: Vec<Lanes>,
     second: Vec<Lanes>,
@@ -428,6 +429,7 @@ impl Scratch {
             scores: vec![[0.0; LANES]; STEP],
             grads: vec![[0.0; LANES]; STEP],
             bits: vec![FULL; STEP],
+            keep: vec![FULL; STEP],
             first: vec![[0.0; LANES]; width],
             second: vec![[0.0; LANES]; width],
         }
@@ -478,19 +480,22 @@ fn forward_tile<V: Vector, const NR: usize, const FMA: bool>(job: ForwardTile, s
             context.iter_mut().for_each(|c| *c = lanes(|i| c[i] * alpha[i]));
             max = new_max;
         }
-        let shift = lanes(|i| reference(max[i]));
+        let shift = V::load(&lanes(|i| reference(max[i])));
+        let dropout = job.mask.keep_bits(start, &mut scratch.keep[..n]);
+        let mut row_sum = V::load(&sum);
         for (j, s) in scores.iter_mut().enumerate() {
-            let mut p = lanes(|i| exp_nonpositive::<FMA>(s[i] - shift[i]));
+            let mut p = exp_nonpositive_vector(V::load(s).sub(shift));
             if masked {
-                p = select(scratch.bits[j], p);
+                p = p.keep(scratch.bits[j]);
             }
-            sum = lanes(|i| sum[i] + p[i]);
+            row_sum = row_sum.add(p);
             // Dropout after the normalising sum: the dropped entries still count in it.
-            if let Some(keep) = job.mask.keep_bits(start + j) {
-                p = select(keep, p);
+            if dropout {
+                p = p.keep(scratch.keep[j]);
             }
-            *s = p;
+            p.store(s);
         }
+        row_sum.store(&mut sum);
         lane_accumulate::<V, NR>(scores, &job.value_rows[start * wv..], wv, context);
     }
     // A row that saw no allowed key keeps max = -inf: zero attention, or uniform.
@@ -532,12 +537,6 @@ fn mask_scores(scores: &mut [Lanes], bits: &mut [u16], bits_of: impl Fn(usize) -
             *s = lanes(|i| if *b >> i & 1 == 1 { s[i] } else { f32::NEG_INFINITY });
         }
     }
-}
-
-/// `x` in the lanes whose bit is set, 0 elsewhere.
-#[inline(always)]
-fn select(bits: u16, x: Lanes) -> Lanes {
-    if bits == FULL { x } else { lanes(|i| if bits >> i & 1 == 1 { x[i] } else { 0.0 }) }
 }
 
 /// The mean of the first `len` rows of `[len', width]`.
@@ -632,26 +631,25 @@ fn key_value_tile<V: Vector, const NR: usize, const FMA: bool>(mut job: KeyValue
         lane_dots::<V, NR>(job.key_t, &job.query_rows[start * wk..], wk, 1, probs); // s_j for each row
         lane_dots::<V, NR>(job.value_t, &job.grad_rows[start * wv..], wv, 1, grads); // dp_j
         let masked = !job.mask.all_allowed(start, n);
+        let dropout = job.mask.keep_bits(start, &mut scratch.keep[..n]);
+        let scale = V::splat(job.mask.dropout_scale());
         for (r, (p, g)) in probs.iter_mut().zip(grads.iter_mut()).enumerate() {
             let t = start + r;
-            let (max, inv, dot) = (job.row_max[t], job.inv_row_sum[t], job.row_dot[t]);
-            let mut prob = lanes(|i| exp_nonpositive::<FMA>(p[i] - max) * inv);
+            let (max, inv, dot) = (V::splat(job.row_max[t]), V::splat(job.inv_row_sum[t]), V::splat(job.row_dot[t]));
+            let mut prob = exp_nonpositive_vector(V::load(p).sub(max)).mul(inv);
             if masked {
-                prob = select(job.mask.bits(t), prob);
+                prob = prob.keep(job.mask.bits(t));
             }
-            match job.mask.keep_bits(t) {
+            let mut dp = V::load(g);
+            if dropout {
                 // dv takes the dropped probabilities, and dp of a dropped entry is 0.
-                Some(keep) => {
-                    let scale = job.mask.dropout_scale();
-                    let dp = select(keep, *g);
-                    *g = lanes(|i| prob[i] * (dp[i] * scale - dot)); // ds_j
-                    let kept = select(keep, prob);
-                    *p = lanes(|i| kept[i] * scale);
-                }
-                None => {
-                    *g = lanes(|i| prob[i] * (g[i] - dot)); // ds_j
-                    *p = prob;
-                }
+                let keep = scratch.keep[r];
+                dp = dp.keep(keep).mul(scale);
+                prob.mul(dp.sub(dot)).store(g); // ds_j
+                prob.keep(keep).mul(scale).store(p);
+            } else {
+                prob.mul(dp.sub(dot)).store(g); // ds_j
+                prob.store(p);
             }
         }
         lane_accumulate::<V, NR>(probs, &job.grad_rows[start * wv..], wv, value_acc);
@@ -722,7 +720,8 @@ fn query_tile<V: Vector, const NR: usize, const FMA: bool>(job: QueryTile, scrat
     let (wk, wv) = (job.query_t.len(), job.grad_t.len());
     let query_acc = &mut scratch.first[..wk];
     query_acc.fill([0.0; LANES]);
-    let (max, inv, dot) = (job.row_max, job.inv_row_sum, job.row_dot);
+    let (max, inv, dot) = (V::load(&job.row_max), V::load(&job.inv_row_sum), V::load(&job.row_dot));
+    let scale = V::splat(job.mask.dropout_scale());
     let (lo, hi) = job.mask.keys;
     for start in (lo..hi).step_by(STEP) {
         let n = STEP.min(hi - start);
@@ -730,17 +729,17 @@ fn query_tile<V: Vector, const NR: usize, const FMA: bool>(job: QueryTile, scrat
         lane_dots::<V, NR>(job.query_t, &job.key_rows[start * wk..], wk, 1, scores);
         lane_dots::<V, NR>(job.grad_t, &job.value_rows[start * wv..], wv, 1, grads); // dp_j
         let masked = !job.mask.all_allowed(start + n);
+        let dropout = job.mask.keep_bits(start, &mut scratch.keep[..n]);
         for (j, (s, g)) in scores.iter().zip(grads.iter_mut()).enumerate() {
-            let mut prob = lanes(|i| exp_nonpositive::<FMA>(s[i] - max[i]) * inv[i]);
+            let mut prob = exp_nonpositive_vector(V::load(s).sub(max)).mul(inv);
             if masked {
-                prob = select(job.mask.bits(start + j), prob);
+                prob = prob.keep(job.mask.bits(start + j));
             }
-            if let Some(keep) = job.mask.keep_bits(start + j) {
-                let kept = select(keep, *g);
-                let scale = job.mask.dropout_scale();
-                *g = lanes(|i| kept[i] * scale); // dp of the dropped probabilities
+            let mut dp = V::load(g);
+            if dropout {
+                dp = dp.keep(scratch.keep[j]).mul(scale); // dp of the dropped probabilities
             }
-            *g = lanes(|i| prob[i] * (g[i] - dot[i])); // ds_j
+            prob.mul(dp.sub(dot)).store(g); // ds_j
         }
         lane_accumulate::<V, NR>(grads, &job.key_rows[start * wk..], wk, query_acc);
     }

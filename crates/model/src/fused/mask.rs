@@ -219,10 +219,16 @@ impl RowBlock<'_> {
         hi <= self.source_len && self.bits.is_none() && (!self.causal || hi <= self.first_row + 1)
     }
 
-    /// With dropout: the block's rows that keep `key` (bit `i` = row `first_row + i`).
+    /// With dropout: fills `keep[j]` with the block's rows that keep key `start + j` (bit `i` =
+    /// row `first_row + i`) and returns true; without, returns false. Once per step of keys, so
+    /// that the per-key loop holds no call (a call there spills the vectors it works on).
     #[inline(always)]
-    pub fn keep_bits(&self, key: usize) -> Option<u16> {
-        self.keep.as_ref().map(|(mask, rows)| mask.row_bits(rows, key))
+    pub fn keep_bits(&self, start: usize, keep: &mut [u16]) -> bool {
+        let Some((mask, rows)) = &self.keep else {
+            return false;
+        };
+        keep.iter_mut().enumerate().for_each(|(j, bits)| *bits = mask.row_bits(rows, start + j));
+        true
     }
 
     /// What kept probabilities are scaled by: `1 / (1 - rate)` with dropout, else 1.
@@ -272,10 +278,15 @@ impl KeyBlock<'_> {
         t + n <= self.query_len && self.key_bound == FULL && self.bits.is_none() && (!self.causal || t >= self.first_key + LANES - 1)
     }
 
-    /// With dropout: the block's keys that row `t` keeps (bit `i` = key `first_key + i`).
+    /// With dropout: fills `keep[r]` with the block's keys that row `start + r` keeps (bit `i` =
+    /// key `first_key + i`) and returns true; without, returns false. Once per step of rows.
     #[inline(always)]
-    pub fn keep_bits(&self, t: usize) -> Option<u16> {
-        self.keep.map(|(mask, pair)| mask.key_bits(mask.row(pair, t), self.first_key))
+    pub fn keep_bits(&self, start: usize, keep: &mut [u16]) -> bool {
+        let Some((mask, pair)) = self.keep else {
+            return false;
+        };
+        keep.iter_mut().enumerate().for_each(|(r, bits)| *bits = mask.key_bits(mask.row(pair, start + r), self.first_key));
+        true
     }
 
     /// What kept probabilities are scaled by: `1 / (1 - rate)` with dropout, else 1.

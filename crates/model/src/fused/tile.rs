@@ -33,9 +33,17 @@ pub trait Vector: Copy {
     fn splat(x: f32) -> Self;
     fn load(x: &Lanes) -> Self;
     fn store(self, out: &mut Lanes);
-    /// `self * b + c`
+    /// `self * b + c` (fused where the instruction set has FMA)
     fn mul_add(self, b: Self, c: Self) -> Self;
     fn max(self, b: Self) -> Self;
+    fn add(self, b: Self) -> Self;
+    fn sub(self, b: Self) -> Self;
+    fn mul(self, b: Self) -> Self;
+    /// `self` in the lanes whose bit is set, 0 elsewhere.
+    fn keep(self, bits: u16) -> Self;
+    /// `2^n` for the `n` that [`exp`](super::exp)'s rounding trick holds in the low mantissa bits
+    /// of `self`: the bit pattern `(bits(self) - bits(magic) + 127) << 23`.
+    fn pow2_of_rounded(self, magic: f32) -> Self;
 }
 
 /// The lane-wise maximum of `rows`, starting from `init`.
@@ -75,6 +83,26 @@ impl Vector for Portable {
     #[inline(always)]
     fn max(self, b: Self) -> Self {
         Portable(lanes(|i| self.0[i].max(b.0[i])))
+    }
+    #[inline(always)]
+    fn add(self, b: Self) -> Self {
+        Portable(lanes(|i| self.0[i] + b.0[i]))
+    }
+    #[inline(always)]
+    fn sub(self, b: Self) -> Self {
+        Portable(lanes(|i| self.0[i] - b.0[i]))
+    }
+    #[inline(always)]
+    fn mul(self, b: Self) -> Self {
+        Portable(lanes(|i| self.0[i] * b.0[i]))
+    }
+    #[inline(always)]
+    fn keep(self, bits: u16) -> Self {
+        Portable(lanes(|i| if bits >> i & 1 == 1 { self.0[i] } else { 0.0 }))
+    }
+    #[inline(always)]
+    fn pow2_of_rounded(self, magic: f32) -> Self {
+        Portable(lanes(|i| f32::from_bits(self.0[i].to_bits().wrapping_sub(magic.to_bits()).wrapping_add(127) << 23)))
     }
 }
 
@@ -119,6 +147,30 @@ mod x86 {
         fn max(self, b: Self) -> Self {
             unsafe { Avx512(_mm512_max_ps(self.0, b.0)) }
         }
+        #[inline(always)]
+        fn add(self, b: Self) -> Self {
+            unsafe { Avx512(_mm512_add_ps(self.0, b.0)) }
+        }
+        #[inline(always)]
+        fn sub(self, b: Self) -> Self {
+            unsafe { Avx512(_mm512_sub_ps(self.0, b.0)) }
+        }
+        #[inline(always)]
+        fn mul(self, b: Self) -> Self {
+            unsafe { Avx512(_mm512_mul_ps(self.0, b.0)) }
+        }
+        #[inline(always)]
+        fn keep(self, bits: u16) -> Self {
+            unsafe { Avx512(_mm512_maskz_mov_ps(bits, self.0)) }
+        }
+        #[inline(always)]
+        fn pow2_of_rounded(self, magic: f32) -> Self {
+            unsafe {
+                let offset = _mm512_set1_epi32(127i32.wrapping_sub(magic.to_bits() as i32));
+                let exponent = _mm512_add_epi32(_mm512_castps_si512(self.0), offset);
+                Avx512(_mm512_castsi512_ps(_mm512_slli_epi32::<23>(exponent)))
+            }
+        }
     }
 
     /// Two `__m256`. Only inside functions compiled with `avx2,fma`.
@@ -152,6 +204,38 @@ mod x86 {
         #[inline(always)]
         fn max(self, b: Self) -> Self {
             unsafe { Avx2([_mm256_max_ps(self.0[0], b.0[0]), _mm256_max_ps(self.0[1], b.0[1])]) }
+        }
+        #[inline(always)]
+        fn add(self, b: Self) -> Self {
+            unsafe { Avx2([_mm256_add_ps(self.0[0], b.0[0]), _mm256_add_ps(self.0[1], b.0[1])]) }
+        }
+        #[inline(always)]
+        fn sub(self, b: Self) -> Self {
+            unsafe { Avx2([_mm256_sub_ps(self.0[0], b.0[0]), _mm256_sub_ps(self.0[1], b.0[1])]) }
+        }
+        #[inline(always)]
+        fn mul(self, b: Self) -> Self {
+            unsafe { Avx2([_mm256_mul_ps(self.0[0], b.0[0]), _mm256_mul_ps(self.0[1], b.0[1])]) }
+        }
+        #[inline(always)]
+        fn keep(self, bits: u16) -> Self {
+            unsafe {
+                // Lane i of each half tests bit i (low half) or 8 + i (high half).
+                let lane_bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+                let half = |bits: i32, x: __m256| {
+                    let set = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits), lane_bits), lane_bits);
+                    _mm256_and_ps(x, _mm256_castsi256_ps(set))
+                };
+                Avx2([half(i32::from(bits & 0xff), self.0[0]), half(i32::from(bits >> 8), self.0[1])])
+            }
+        }
+        #[inline(always)]
+        fn pow2_of_rounded(self, magic: f32) -> Self {
+            unsafe {
+                let offset = _mm256_set1_epi32(127i32.wrapping_sub(magic.to_bits() as i32));
+                let half = |x: __m256| _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_castps_si256(x), offset)));
+                Avx2([half(self.0[0]), half(self.0[1])])
+            }
         }
     }
 }
