@@ -9,7 +9,7 @@
 
 use rayon::prelude::*;
 
-use super::kernel::{Isa, LANES};
+use super::kernel::{Isa, LANES, on_pool};
 use super::tile::{Lanes, Portable, Vector, lane_dots};
 
 /// The most rows of `A` per parallel task.
@@ -43,7 +43,7 @@ impl<'a> View<'a> {
 
 /// `A B` as a row-major `[M, N]` buffer.
 pub fn matmul(a: View, b: View) -> Vec<f32> {
-    matmul_with(Isa::best(), a, b)
+    on_pool(|| matmul_with(Isa::best(), a, b))
 }
 
 pub(crate) fn matmul_with(isa: Isa, a: View, b: View) -> Vec<f32> {

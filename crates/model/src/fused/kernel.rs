@@ -33,7 +33,7 @@
 
 use rayon::prelude::*;
 
-use super::exp::{exp_nonpositive, exp_nonpositive_vector};
+use super::exp::exp_nonpositive;
 use super::mask::{FULL, KeyBlock, Mask, RowBlock};
 use super::tile::{Lanes, Portable, Vector, lane_accumulate, lane_dots, lane_max, lanes};
 use crate::attention::FullyMaskedRows;
@@ -218,7 +218,15 @@ pub struct Gradients {
 /// `[B, S, h, dk]`, `value`: `[B, S, h, dv]`. Returns the output `[B, T, h, dv]` and what the
 /// backward pass needs.
 pub fn forward(query: Vec<f32>, key: Vec<f32>, value: Vec<f32>, dims: Dims, scale: f32, mask: Mask) -> (Vec<f32>, Forward) {
-    forward_with(Isa::best(), query, key, value, dims, scale, mask)
+    on_pool(|| forward_with(Isa::best(), query, key, value, dims, scale, mask))
+}
+
+/// Runs `f` on a thread of rayon's pool. Each parallel loop started from a thread outside the
+/// pool hands its work to the pool and sleeps until it is done (two context switches, tens of
+/// microseconds); started inside, the loops of `f` split their work among the pool's threads
+/// directly, and only `f` itself is handed over.
+pub(crate) fn on_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    rayon::scope(|_| f())
 }
 
 fn forward_with(isa: Isa, query: Vec<f32>, key: Vec<f32>, value: Vec<f32>, dims: Dims, scale: f32, mask: Mask) -> (Vec<f32>, Forward) {
@@ -276,11 +284,11 @@ fn forward_with(isa: Isa, query: Vec<f32>, key: Vec<f32>, value: Vec<f32>, dims:
 /// The gradients of `Σ output · output_grad` with respect to the forward pass's query, key and
 /// value. `output_grad`: `[B, T, h, dv]`.
 pub fn backward(saved: &Forward, output_grad: &[f32]) -> Gradients {
-    backward_with(Isa::best(), saved, output_grad, fuse_query_grads(saved.dims))
+    on_pool(|| backward_with(Isa::best(), saved, output_grad, fuse_query_grads(saved.dims)))
 }
 
-/// With `fused_dq`, `dq` is accumulated during the key-block walk ([`fuse_query_grads`]; it
-/// needs a key width of whole vectors), else by a pass of its own.
+/// With `fused_dq`, `dq` is accumulated during the key-block walk ([`fuse_query_grads`]), else
+/// by a pass of its own.
 fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool) -> Gradients {
     let dims = saved.dims;
     let Dims { query_len, source_len, key_dim, value_dim, .. } = dims;
@@ -290,6 +298,7 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool)
     let (row_blocks, key_blocks) = (dims.row_blocks(), dims.key_blocks());
     let (padded_t, padded_s) = (dims.padded_query_len(), dims.padded_source_len());
     let mut query_grad = vec![0.0; pairs * padded_t * wk]; // [pairs, T', Wk]
+    let mut query_grad_t = vec![[0.0; LANES]; if fused_dq { pairs * row_blocks * wk } else { 0 }]; // [pairs, Tb, Wk] lanes
     let mut key_grad = vec![0.0; pairs * padded_s * key_dim]; // [pairs, S', dk]
     let mut value_grad = vec![0.0; pairs * padded_s * value_dim]; // [pairs, S', dv]
 
@@ -328,7 +337,7 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool)
             key_grad
                 .par_chunks_mut(padded_s * key_dim)
                 .zip(value_grad.par_chunks_mut(padded_s * value_dim))
-                .zip(query_grad.par_chunks_mut(padded_t * wk))
+                .zip(query_grad_t.par_chunks_mut(row_blocks * wk))
                 .enumerate()
                 .for_each_init(
                     || Scratch::new(dims),
@@ -338,9 +347,11 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool)
                             let job = inputs.tile(pair, block, key_grad, value_grad, Some(&mut *query_grad));
                             dispatch!(isa, key_value_tile(job, scratch));
                         }
-                        query_grad.iter_mut().for_each(|dq| *dq *= saved.scale); // d(q̃)/dq = scale
+                        // d(q̃)/dq = scale.
+                        query_grad.iter_mut().for_each(|dq| *dq = lanes(|i| dq[i] * saved.scale));
                     },
                 );
+            rows_from_lanes(&query_grad_t, wk, &mut query_grad);
         } else {
             key_grad
                 .par_chunks_mut(LANES * key_dim)
@@ -484,7 +495,7 @@ fn forward_tile<V: Vector, const NR: usize, const FMA: bool>(job: ForwardTile, s
         let dropout = job.mask.keep_bits(start, &mut scratch.keep[..n]);
         let mut row_sum = V::load(&sum);
         for (j, s) in scores.iter_mut().enumerate() {
-            let mut p = exp_nonpositive_vector(V::load(s).sub(shift));
+            let mut p = V::load(s).sub(shift).exp_nonpositive();
             if masked {
                 p = p.keep(scratch.bits[j]);
             }
@@ -571,8 +582,8 @@ pub struct KeyValueTile<'a> {
     /// `[16, dk]`, `[16, dv]`
     key_grad: &'a mut [f32],
     value_grad: &'a mut [f32],
-    /// `[T', Wk]`: the pair's `dq̃`, accumulated here when [`fuse_query_grads`].
-    query_grad: Option<&'a mut [f32]>,
+    /// `[Tb, Wk]` lanes: the pair's `dq̃`, accumulated here when [`fuse_query_grads`].
+    query_grad: Option<&'a mut [Lanes]>,
 }
 
 /// What every `dk`/`dv` tile reads, for all pairs.
@@ -592,7 +603,7 @@ struct KeyValueInputs<'a> {
 
 impl<'a> KeyValueInputs<'a> {
     /// Key block `block` of pair `pair`, writing into the given gradients.
-    fn tile<'b>(&'b self, pair: usize, block: usize, key_grad: &'b mut [f32], value_grad: &'b mut [f32], query_grad: Option<&'b mut [f32]>) -> KeyValueTile<'b> {
+    fn tile<'b>(&'b self, pair: usize, block: usize, key_grad: &'b mut [f32], value_grad: &'b mut [f32], query_grad: Option<&'b mut [Lanes]>) -> KeyValueTile<'b> {
         let d = self.dims;
         let (wk, wv, key_blocks) = (d.key_width(), d.value_width(), d.key_blocks());
         let (padded_t, padded_s) = (d.padded_query_len(), d.padded_source_len());
@@ -636,7 +647,7 @@ fn key_value_tile<V: Vector, const NR: usize, const FMA: bool>(mut job: KeyValue
         for (r, (p, g)) in probs.iter_mut().zip(grads.iter_mut()).enumerate() {
             let t = start + r;
             let (max, inv, dot) = (V::splat(job.row_max[t]), V::splat(job.inv_row_sum[t]), V::splat(job.row_dot[t]));
-            let mut prob = exp_nonpositive_vector(V::load(p).sub(max)).mul(inv);
+            let mut prob = V::load(p).sub(max).exp_nonpositive().mul(inv);
             if masked {
                 prob = prob.keep(job.mask.bits(t));
             }
@@ -655,7 +666,12 @@ fn key_value_tile<V: Vector, const NR: usize, const FMA: bool>(mut job: KeyValue
         lane_accumulate::<V, NR>(probs, &job.grad_rows[start * wv..], wv, value_acc);
         lane_accumulate::<V, NR>(grads, &job.query_rows[start * wk..], wk, key_acc);
         if let Some(query_grad) = job.query_grad.as_deref_mut() {
-            key_rows_update::<V>(grads, job.key_rows, &mut query_grad[start * wk..][..n * wk]);
+            // dq̃_t += Σ_i ds_ti k_i, 16 rows at a time: ds with the rows in the lanes.
+            for (block, ds) in grads.chunks_exact(LANES).enumerate() {
+                let ds_t = V::transpose(ds.try_into().expect("16 rows")); // [16 keys] lanes of 16 rows
+                let rows = (start / LANES + block) * wk;
+                lane_accumulate::<V, NR>(&ds_t, job.key_rows, wk, &mut query_grad[rows..][..wk]);
+            }
         }
     }
     if let Some(uniform) = job.uniform_grad {
@@ -665,36 +681,11 @@ fn key_value_tile<V: Vector, const NR: usize, const FMA: bool>(mut job: KeyValue
     store_rows(value_acc, job.value_dim, job.value_grad);
 }
 
-/// Whether `dq` is accumulated during the key-block walk (rows of `ds` times the block's 16 keys)
-/// instead of by a pass of its own, which recomputes the scores and `dp`: for heads whose width
-/// fills whole vectors, and with enough (batch, head) pairs to keep every thread busy, since each
-/// pair is then one task.
+/// Whether `dq` is accumulated during the key-block walk (`ds` transposed, times the block's 16
+/// keys) instead of by a pass of its own, which recomputes the scores and `dp`: with enough
+/// (batch, head) pairs to keep every thread busy, since each pair is then one task.
 fn fuse_query_grads(dims: Dims) -> bool {
-    dims.key_width() % LANES == 0 && dims.pairs() >= 2 * rayon::current_num_threads()
-}
-
-/// `dq̃[t] += Σ_i ds[t][i] · k[i]` for the rows `t` of one step: `ds` `[n]` lanes (16 keys, `n`
-/// a multiple of 8), `keys` `[16, W]`, `query_grad` `[n, W]` with `W` a multiple of 16. Each 16
-/// features of the 16 keys stay in registers while 8 rows at a time (8 independent chains of
-/// multiply-adds) pass.
-#[inline(always)]
-fn key_rows_update<V: Vector>(ds: &[Lanes], keys: &[f32], query_grad: &mut [f32]) {
-    const ROWS: usize = 8;
-    let width = keys.len() / LANES;
-    for c in (0..width).step_by(LANES) {
-        let keys: [V; LANES] = std::array::from_fn(|i| V::load(keys[i * width + c..][..LANES].try_into().expect("16 features")));
-        for (rows, out) in ds.chunks_exact(ROWS).zip(query_grad.chunks_exact_mut(ROWS * width)) {
-            let mut acc: [V; ROWS] = std::array::from_fn(|r| V::load(out[r * width + c..][..LANES].try_into().expect("16 features")));
-            for (i, key) in keys.iter().enumerate() {
-                for r in 0..ROWS {
-                    acc[r] = V::splat(rows[r][i]).mul_add(*key, acc[r]);
-                }
-            }
-            for (r, acc) in acc.into_iter().enumerate() {
-                acc.store((&mut out[r * width + c..][..LANES]).try_into().expect("16 features"));
-            }
-        }
-    }
+    dims.pairs() >= 2 * rayon::current_num_threads()
 }
 
 /// One `dq` tile: 16 query rows of one pair against all the keys they may attend.
@@ -731,7 +722,7 @@ fn query_tile<V: Vector, const NR: usize, const FMA: bool>(job: QueryTile, scrat
         let masked = !job.mask.all_allowed(start + n);
         let dropout = job.mask.keep_bits(start, &mut scratch.keep[..n]);
         for (j, (s, g)) in scores.iter().zip(grads.iter_mut()).enumerate() {
-            let mut prob = exp_nonpositive_vector(V::load(s).sub(max)).mul(inv);
+            let mut prob = V::load(s).sub(max).exp_nonpositive().mul(inv);
             if masked {
                 prob = prob.keep(job.mask.bits(start + j));
             }
@@ -984,8 +975,8 @@ mod tests {
             let (output, saved) = forward_with(isa, q, k, v, dims, scale, mask);
             let error = scaled_error(&output, &out);
             assert!(error < 4e-6, "{isa:?} {rule:?} {rows:?}: output at {dims:?}: error {error}");
-            // Both ways of computing dq where the width allows the fused one.
-            for fused_dq in [false, dims.key_width() % LANES == 0] {
+            // Both ways of computing dq.
+            for fused_dq in [false, true] {
                 let grads = backward_with(isa, &saved, &last(&g, query_len, value_dim), fused_dq);
                 for (name, got, want) in [("dq", &grads.query, &dq), ("dk", &grads.key, &dk), ("dv", &grads.value, &dv)] {
                     let error = scaled_error(got, want);
