@@ -474,8 +474,8 @@ impl KerasMha {
     /// return_attention_scores)`.
     ///
     /// Takes the fastest [`AttentionPath`] that computes the call: on the CPU backends every call
-    /// runs the fused kernel, masks and dropout included (scores only in training, where they
-    /// come from a softmax beside the kernel);
+    /// runs the fused kernel, masks, dropout and returned scores included (the scores written by
+    /// the kernel in inference, from a softmax beside it in training);
     /// elsewhere inference without an attention mask, scores or dropout runs burn's fused op (with
     /// no attention mask no row is fully masked, so its zeroed rows never show); everything else
     /// the decomposed path of [`KerasMha::forward_exact`].
@@ -521,7 +521,6 @@ impl KerasMha {
             dropout: dropout_active,
             probs: input.return_attention_scores,
             probs_after_dropout: false, // Keras returns the scores before dropout
-            kernel_masks: true,
             burn_masks_match: input.attention_mask.is_none() || rows == FullyMaskedRows::Zero,
         };
         let path = AttentionPath::fastest(&input.query.device(), call);
@@ -547,13 +546,21 @@ impl KerasMha {
         let seed = self.seed.filter(|_| rate > 0.0).map(|seed| [seed, self.dropout_calls.fetch_add(1, Ordering::Relaxed)]);
         let dropout = probs_dropout(rate, seed, &q.device());
         let (context, attention_scores) = match path {
+            // In inference the kernel returns the probabilities too.
+            AttentionPath::Kernel if input.return_attention_scores && !q.is_autodiff() => {
+                let allowed = input.attention_mask.map(|mask| BoolMask::from_tensor(mask.unsqueeze_dim(1))); // [B, 1, T, S]
+                let call = FusedCall { scale, allowed, causal: input.use_causal_mask, rows, dropout, bias: None };
+                let (context, probs) = fused::fused_attention_with_probs(q, kk, v, call); // [B, T, h, v], [B, h, T, S]
+                (context, Some(probs))
+            }
+            // In training they come from a masked softmax beside the kernel, differentiable.
             AttentionPath::Kernel => {
                 let probs = input.return_attention_scores.then(|| {
                     let blocked = blocked_pairs(input.attention_mask.clone(), input.use_causal_mask, [batch, h, query_len, source_len], &q.device());
                     masked_softmax(scaled_logits(q.clone(), kk.clone(), scale), blocked, rows) // [B, h, T, S]
                 });
                 let allowed = input.attention_mask.map(|mask| BoolMask::from_tensor(mask.unsqueeze_dim(1))); // [B, 1, T, S]
-                let call = FusedCall { scale, allowed, causal: input.use_causal_mask, rows, dropout };
+                let call = FusedCall { scale, allowed, causal: input.use_causal_mask, rows, dropout, bias: None };
                 (fused::fused_attention(q, kk, v, call), probs) // [B, T, h, v]
             }
             AttentionPath::BurnFused => {

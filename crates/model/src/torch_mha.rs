@@ -28,7 +28,7 @@ use burn::nn::{Initializer, Linear};
 use burn::tensor::{Bool, Device, Tensor};
 
 use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, burn_fused_attention, dropout_probs, masked_softmax, probs_dropout, merge_heads, scaled_logits, split_heads, transpose_heads};
-use crate::fused::{self, BoolMask, FusedCall, linear_forward};
+use crate::fused::{self, BoolMask, FloatBias, FusedCall, linear_forward};
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
 use crate::weights::{HostTensor, WeightMap};
@@ -362,10 +362,10 @@ impl TorchMha {
     /// The call `mha(query, key, value, key_padding_mask, need_weights, attn_mask,
     /// average_attn_weights)`.
     ///
-    /// Takes the fastest [`AttentionPath`] that computes the call: on the CPU backends a call
-    /// without float masks runs the fused kernel (boolean masks, training and dropout included;
-    /// weights only in training without dropout, where they come from a softmax beside the
-    /// kernel, since torch returns them after dropout);
+    /// Takes the fastest [`AttentionPath`] that computes the call: on the CPU backends the fused
+    /// kernel (boolean and float masks, training and dropout included; the weights written by the
+    /// kernel in inference and from a softmax beside it in training), except a call that returns
+    /// weights with active dropout, which torch returns after dropout;
     /// elsewhere inference without weights runs burn's fused op (which, like torch,
     /// gives fully blocked rows zero attention); everything else the decomposed path of
     /// [`TorchMha::forward_exact`].
@@ -378,7 +378,6 @@ impl TorchMha {
             dropout: dropout_active,
             probs: input.need_weights,
             probs_after_dropout: true, // torch returns the weights after dropout
-            kernel_masks: boolean_masks,
             burn_masks_match: boolean_masks,
         };
         let path = AttentionPath::fastest(&input.query.device(), call);
@@ -424,6 +423,14 @@ impl TorchMha {
         // torch draws its masks from its global generator; this one from the device's.
         let dropout = probs_dropout(if input.training { self.dropout } else { 0.0 }, None, &q.device());
         let (context, attn_weights) = match path {
+            // In inference the kernel returns the probabilities too.
+            AttentionPath::Kernel if input.need_weights && !q.is_autodiff() => {
+                let (allowed, bias) = kernel_masks(key_padding_mask, attn_mask, shape)?;
+                let call = FusedCall { scale, allowed: allowed.map(BoolMask::from_tensor), causal: false, rows: FullyMaskedRows::Zero, dropout, bias };
+                let (context, probs) = fused::fused_attention_with_probs(q, k, v, call); // [B, T, h, E/h], [B, h, T, S]
+                (context, Some(AttnWeights::of(probs, input.average_attn_weights)))
+            }
+            // In training they come from a masked softmax beside the kernel, differentiable.
             AttentionPath::Kernel => {
                 let weights = match input.need_weights {
                     true => {
@@ -433,8 +440,8 @@ impl TorchMha {
                     }
                     false => None,
                 };
-                let allowed = allowed_pairs(key_padding_mask, attn_mask, shape)?;
-                let call = FusedCall { scale, allowed: allowed.map(BoolMask::from_tensor), causal: false, rows: FullyMaskedRows::Zero, dropout };
+                let (allowed, bias) = kernel_masks(key_padding_mask, attn_mask, shape)?;
+                let call = FusedCall { scale, allowed: allowed.map(BoolMask::from_tensor), causal: false, rows: FullyMaskedRows::Zero, dropout, bias };
                 (fused::fused_attention(q, k, v, call), weights) // [B, T, h, E/h]
             }
             AttentionPath::BurnFused => {
@@ -558,14 +565,15 @@ fn blocked_and_bias(
     Ok((blocked, bias))
 }
 
-/// torch's boolean masks as the allowed pairs (true = may attend), `[B|1, h|1, T|1, S]`, for the
-/// fused kernel: `!key_padding_mask` `[B, 1, 1, S]` AND `!attn_mask` `[1, 1, T, S]` or `[B, h, T, S]`;
-/// `None` without masks. Float masks are not taken here.
-fn allowed_pairs(
+/// torch's masks for the fused kernel: the allowed pairs (true = may attend), `[B|1, h|1, T|1, S]`,
+/// `!key_padding_mask` `[B, 1, 1, S]` AND `!attn_mask` `[1|B, 1|h, T, S]` (for a float mask: its
+/// finite entries), `None` without masks; and a float mask's finite entries as the bias on the
+/// logits (its `-inf` entries 0), as [`blocked_and_bias`] splits them.
+fn kernel_masks(
     key_padding_mask: Option<Tensor<2, Bool>>, // [B, S], true = ignore
     attn_mask: Option<AttnMask>,
     shape: [usize; 4],
-) -> Result<Option<Tensor<4, Bool>>> {
+) -> Result<(Option<Tensor<4, Bool>>, Option<FloatBias>)> {
     let [batch, heads, query_len, source_len] = shape;
     let from_padding = match key_padding_mask {
         Some(padding) => {
@@ -574,24 +582,32 @@ fn allowed_pairs(
         }
         None => None,
     };
-    let from_attn = match attn_mask {
+    // [1 | B*h, T, S] -> [1|B, 1|h, T, S]
+    let per_slice = |n: usize| if n == 1 { [1, 1, query_len, source_len] } else { [batch, heads, query_len, source_len] };
+    let (from_attn, bias) = match attn_mask {
         Some(AttnMask::Bool(mask)) => {
             check_attn_mask(&mask.dims(), shape)?;
             let [n, _, _] = mask.dims();
-            let mask = mask.bool_not();
-            Some(if n == 1 { mask.unsqueeze::<4>() } else { mask.reshape([batch, heads, query_len, source_len]) }) // [1|B, 1|h, T, S]
+            (Some(mask.bool_not().reshape(per_slice(n))), None) // [1|B, 1|h, T, S]
         }
-        Some(AttnMask::Additive(_)) => unreachable!("float masks take the exact path"),
-        None => None,
+        Some(AttnMask::Additive(mask)) => {
+            check_attn_mask(&mask.dims(), shape)?;
+            let [n, _, _] = mask.dims();
+            let infinite = mask.clone().equal_elem(f32::NEG_INFINITY); // [1 | B*h, T, S]
+            let values = mask.mask_fill(infinite.clone(), 0.0).into_data().convert::<f32>().try_into_vec::<f32>().expect("converted to float32");
+            (Some(infinite.bool_not().reshape(per_slice(n))), Some(FloatBias { dims: per_slice(n), values })) // [1|B, 1|h, T, S]
+        }
+        None => (None, None),
     };
-    Ok(match (from_padding, from_attn) {
+    let allowed = match (from_padding, from_attn) {
         (Some(padding), Some(attn)) => {
             let [_, mask_heads, _, _] = attn.dims();
             let both = [batch, mask_heads, query_len, source_len];
             Some(padding.expand(both).bool_and(attn.expand(both))) // [B, h|1, T, S]
         }
         (padding, attn) => padding.or(attn),
-    })
+    };
+    Ok((allowed, bias))
 }
 
 /// Checks a `[1 | B*h, T, S]` mask's shape.

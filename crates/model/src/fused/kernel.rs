@@ -218,7 +218,15 @@ pub struct Gradients {
 /// `[B, S, h, dk]`, `value`: `[B, S, h, dv]`. Returns the output `[B, T, h, dv]` and what the
 /// backward pass needs.
 pub fn forward(query: Vec<f32>, key: Vec<f32>, value: Vec<f32>, dims: Dims, scale: f32, mask: Mask) -> (Vec<f32>, Forward) {
-    on_pool(|| forward_with(Isa::best(), query, key, value, dims, scale, mask))
+    let (output, saved, _) = on_pool(|| forward_with(Isa::best(), query, key, value, dims, scale, mask, false));
+    (output, saved)
+}
+
+/// [`forward`] that also returns the probabilities `[B, h, T, S]` (before dropout): each tile
+/// walks its keys a second time with its final `m_t` and `1 / l_t` and writes `p` row by row.
+pub fn forward_with_probs(query: Vec<f32>, key: Vec<f32>, value: Vec<f32>, dims: Dims, scale: f32, mask: Mask) -> (Vec<f32>, Vec<f32>) {
+    let (output, _, probs) = on_pool(|| forward_with(Isa::best(), query, key, value, dims, scale, mask, true));
+    (output, probs.expect("asked for"))
 }
 
 /// Runs `f` on a thread of rayon's pool. Each parallel loop started from a thread outside the
@@ -229,7 +237,17 @@ pub(crate) fn on_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     rayon::scope(|_| f())
 }
 
-fn forward_with(isa: Isa, query: Vec<f32>, key: Vec<f32>, value: Vec<f32>, dims: Dims, scale: f32, mask: Mask) -> (Vec<f32>, Forward) {
+#[allow(clippy::too_many_arguments)]
+fn forward_with(
+    isa: Isa,
+    query: Vec<f32>,
+    key: Vec<f32>,
+    value: Vec<f32>,
+    dims: Dims,
+    scale: f32,
+    mask: Mask,
+    with_probs: bool,
+) -> (Vec<f32>, Forward, Option<Vec<f32>>) {
     let Dims { query_len, source_len, key_dim, value_dim, .. } = dims;
     let pairs = dims.pairs();
     assert_eq!(query.len(), pairs * query_len * key_dim, "query length");
@@ -251,16 +269,25 @@ fn forward_with(isa: Isa, query: Vec<f32>, key: Vec<f32>, value: Vec<f32>, dims:
     let mut output = vec![0.0; pairs * padded_t * wv];
     let mut row_max = vec![0.0; pairs * padded_t];
     let mut inv_row_sum = vec![0.0; pairs * padded_t];
+    // `[pairs, T, S]`, split into the rows of each tile (the last tile of a pair may hold fewer).
+    let mut probs = with_probs.then(|| vec![0.0; pairs * query_len * source_len]);
+    let mut probs_tiles: Vec<Option<&mut [f32]>> = match probs.as_mut() {
+        Some(probs) if !dims.is_empty() => {
+            probs.chunks_mut(query_len * source_len).flat_map(|pair| pair.chunks_mut(LANES * source_len)).map(Some).collect()
+        }
+        _ => (0..pairs * row_blocks).map(|_| None).collect(),
+    };
     if !dims.is_empty() {
         output
             .par_chunks_mut(LANES * wv)
             .zip(row_max.par_chunks_mut(LANES))
             .zip(inv_row_sum.par_chunks_mut(LANES))
+            .zip(probs_tiles.par_iter_mut())
             .enumerate()
             .with_min_len(4)
             .for_each_init(
                 || Scratch::new(dims),
-                |scratch, (tile, ((output, row_max), inv_row_sum))| {
+                |scratch, (tile, (((output, row_max), inv_row_sum), probs))| {
                     let (pair, block) = (tile / row_blocks, tile % row_blocks);
                     let job = ForwardTile {
                         query_t: &query_t[tile * wk..][..wk],
@@ -272,13 +299,15 @@ fn forward_with(isa: Isa, query: Vec<f32>, key: Vec<f32>, value: Vec<f32>, dims:
                         output,
                         row_max,
                         inv_row_sum,
+                        probs: probs.take(),
                     };
                     dispatch!(isa, forward_tile(job, scratch));
                 },
             );
     }
+    drop(probs_tiles);
     let result = heads_last(&output, dims, query_len, padded_t, wv, value_dim); // [B, T, h, dv]
-    (result, Forward { dims, scale, mask, query_t, key_rows, value_rows, output, row_max, inv_row_sum })
+    (result, Forward { dims, scale, mask, query_t, key_rows, value_rows, output, row_max, inv_row_sum }, probs)
 }
 
 /// The gradients of `Σ output · output_grad` with respect to the forward pass's query, key and
@@ -463,6 +492,8 @@ pub struct ForwardTile<'a> {
     /// `[16]`
     row_max: &'a mut [f32],
     inv_row_sum: &'a mut [f32],
+    /// `[rows, S]` (up to 16 rows, zeros): the probabilities, when asked for.
+    probs: Option<&'a mut [f32]>,
 }
 
 /// The forward pass of one tile, `STEP` keys at a time with the online softmax.
@@ -479,6 +510,9 @@ fn forward_tile<V: Vector, const NR: usize, const FMA: bool>(job: ForwardTile, s
         let n = STEP.min(hi - start);
         let scores = &mut scratch.scores[..n];
         lane_dots::<V, NR>(job.query_t, &job.key_rows[start * wk..], wk, 1, scores);
+        if let Some(bias) = job.mask.bias {
+            add_bias::<V>(scores, &bias[start..][..n]);
+        }
         let masked = !job.mask.all_allowed(start + n);
         if masked {
             mask_scores(scores, &mut scratch.bits[..n], |j| job.mask.bits(start + j));
@@ -530,6 +564,68 @@ fn forward_tile<V: Vector, const NR: usize, const FMA: bool>(job: ForwardTile, s
             let scaled = inv * job.mask.dropout_scale();
             row.iter_mut().zip(context.iter()).for_each(|(o, c)| *o = c[i] * scaled);
         }
+    }
+    if let Some(probs) = job.probs {
+        let (max, inv) = (lanes(|i| job.row_max[i]), lanes(|i| job.inv_row_sum[i]));
+        write_probs::<V, NR>(job.query_t, job.key_rows, &job.mask, job.rows, job.source_len, max, inv, scratch, probs);
+    }
+}
+
+/// The probabilities of one tile's rows, `p = exp(s - m_t) / l_t` from the final row statistics:
+/// the scores of every key the rows may attend again, 16 keys at a time transposed into rows.
+/// Rows without an allowed key (`1 / l_t = 0`) are zero, or `1 / S` with [`FullyMaskedRows::Uniform`].
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn write_probs<V: Vector, const NR: usize>(
+    query_t: &[Lanes],
+    key_rows: &[f32],
+    mask: &RowBlock,
+    rows: FullyMaskedRows,
+    source_len: usize,
+    max: Lanes,
+    inv: Lanes,
+    scratch: &mut Scratch,
+    probs: &mut [f32], // [rows, S], zeros
+) {
+    let wk = query_t.len();
+    let (shift, scale) = (V::load(&max), V::load(&inv));
+    let (lo, hi) = mask.keys;
+    for start in (lo..hi).step_by(STEP) {
+        let n = STEP.min(hi - start);
+        let scores = &mut scratch.scores[..n];
+        lane_dots::<V, NR>(query_t, &key_rows[start * wk..], wk, 1, scores);
+        if let Some(bias) = mask.bias {
+            add_bias::<V>(scores, &bias[start..][..n]);
+        }
+        let masked = !mask.all_allowed(start + n);
+        for (j, s) in scores.iter_mut().enumerate() {
+            let mut p = V::load(s).sub(shift).exp_nonpositive().mul(scale);
+            if masked {
+                p = p.keep(mask.bits(start + j));
+            }
+            p.store(s);
+        }
+        for (block, keys) in scores.chunks_exact(LANES).enumerate() {
+            let first = start + block * LANES;
+            let width = LANES.min(source_len.saturating_sub(first));
+            let by_row = V::transpose(keys.try_into().expect("16 keys")); // [16 rows] lanes of 16 keys
+            for (row, p) in probs.chunks_exact_mut(source_len).zip(&by_row) {
+                row[first..first + width].copy_from_slice(&p[..width]);
+            }
+        }
+    }
+    if rows == FullyMaskedRows::Uniform {
+        for (row, _) in probs.chunks_exact_mut(source_len).zip(inv).filter(|(_, inv)| *inv == 0.0) {
+            row.fill(1.0 / source_len as f32);
+        }
+    }
+}
+
+/// `scores[j] += bias[j]`: a float mask on one step's logits.
+#[inline(always)]
+fn add_bias<V: Vector>(scores: &mut [Lanes], bias: &[Lanes]) {
+    for (s, b) in scores.iter_mut().zip(bias) {
+        V::load(s).add(V::load(b)).store(s);
     }
 }
 
@@ -640,6 +736,9 @@ fn key_value_tile<V: Vector, const NR: usize, const FMA: bool>(mut job: KeyValue
         let n = STEP.min(hi - start);
         let (probs, grads) = (&mut scratch.scores[..n], &mut scratch.grads[..n]);
         lane_dots::<V, NR>(job.key_t, &job.query_rows[start * wk..], wk, 1, probs); // s_j for each row
+        if let Some(bias) = job.mask.bias {
+            add_bias::<V>(probs, &bias[start..][..n]);
+        }
         lane_dots::<V, NR>(job.value_t, &job.grad_rows[start * wv..], wv, 1, grads); // dp_j
         let masked = !job.mask.all_allowed(start, n);
         let dropout = job.mask.keep_bits(start, &mut scratch.keep[..n]);
@@ -718,6 +817,9 @@ fn query_tile<V: Vector, const NR: usize, const FMA: bool>(job: QueryTile, scrat
         let n = STEP.min(hi - start);
         let (scores, grads) = (&mut scratch.scores[..n], &mut scratch.grads[..n]);
         lane_dots::<V, NR>(job.query_t, &job.key_rows[start * wk..], wk, 1, scores);
+        if let Some(bias) = job.mask.bias {
+            add_bias::<V>(scores, &bias[start..][..n]);
+        }
         lane_dots::<V, NR>(job.grad_t, &job.value_rows[start * wv..], wv, 1, grads); // dp_j
         let masked = !job.mask.all_allowed(start + n);
         let dropout = job.mask.keep_bits(start, &mut scratch.keep[..n]);
@@ -834,6 +936,7 @@ fn heads_last<T: Copy + Default + Send + Sync>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fused::bias::FloatBias;
     use crate::fused::mask::BoolMask;
 
     /// A small deterministic generator, enough for test inputs.
@@ -854,17 +957,20 @@ mod tests {
         dims: Dims,
         scale: f32,
         allowed: &dyn Fn(usize, usize, usize) -> bool,
+        bias: &dyn Fn(usize, usize, usize) -> f64,
         rows: FullyMaskedRows,
-    ) -> [Vec<f64>; 4] {
+    ) -> [Vec<f64>; 5] {
         let Dims { query_len: tl, source_len: sl, key_dim: dk, value_dim: dv, .. } = dims;
         let pairs = dims.pairs();
         let (mut out, mut dq, mut dkk, mut dvv) =
             (vec![0.0; pairs * tl * dv], vec![0.0; pairs * tl * dk], vec![0.0; pairs * sl * dk], vec![0.0; pairs * sl * dv]);
+        let mut all_probs = vec![0.0; pairs * tl * sl]; // [pairs, T, S]
         for p in 0..pairs {
             for t in 0..tl {
                 let go: Vec<f64> = (0..dv).map(|d| g[(p * tl + t) * dv + d] as f64).collect();
                 if !(0..sl).any(|j| allowed(p, t, j)) {
                     if rows == FullyMaskedRows::Uniform {
+                        all_probs[(p * tl + t) * sl..][..sl].fill(1.0 / sl as f64);
                         for j in 0..sl {
                             for d in 0..dv {
                                 out[(p * tl + t) * dv + d] += v[(p * sl + j) * dv + d] as f64 / sl as f64;
@@ -877,7 +983,7 @@ mod tests {
                 let qs: Vec<f64> = (0..dk).map(|d| (q[(p * tl + t) * dk + d] * scale) as f64).collect();
                 let s: Vec<f64> = (0..sl)
                     .map(|j| match allowed(p, t, j) {
-                        true => (0..dk).map(|d| qs[d] * k[(p * sl + j) * dk + d] as f64).sum(),
+                        true => (0..dk).map(|d| qs[d] * k[(p * sl + j) * dk + d] as f64).sum::<f64>() + bias(p, t, j),
                         false => f64::NEG_INFINITY,
                     })
                     .collect();
@@ -885,6 +991,7 @@ mod tests {
                 let e: Vec<f64> = s.iter().map(|s| (s - m).exp()).collect();
                 let total: f64 = e.iter().sum();
                 let probs: Vec<f64> = e.iter().map(|e| e / total).collect();
+                all_probs[(p * tl + t) * sl..][..sl].copy_from_slice(&probs);
                 let dp: Vec<f64> = (0..sl).map(|j| (0..dv).map(|d| go[d] * v[(p * sl + j) * dv + d] as f64).sum()).collect();
                 let row_dot: f64 = (0..sl).map(|j| probs[j] * dp[j]).sum();
                 for j in 0..sl {
@@ -900,7 +1007,7 @@ mod tests {
                 }
             }
         }
-        [out, dq, dkk, dvv]
+        [out, dq, dkk, dvv, all_probs]
     }
 
     /// The largest error relative to the largest reference magnitude (at least 1).
@@ -956,6 +1063,11 @@ mod tests {
 
     /// The kernel against float64 attention: output and all three gradients.
     fn check(dims: Dims, rule: Rule, rows: FullyMaskedRows, isas: &[Isa]) {
+        check_with_bias(dims, rule, rows, isas, None);
+    }
+
+    /// [`check`] with a float mask `bias` on the logits.
+    fn check_with_bias(dims: Dims, rule: Rule, rows: FullyMaskedRows, isas: &[Isa], bias: Option<FloatBias>) {
         let Dims { query_len, source_len, key_dim, value_dim, .. } = dims;
         let pairs = dims.pairs();
         // Pair-major inputs for the reference, heads-last for the kernel.
@@ -966,15 +1078,24 @@ mod tests {
         let scale = 1.0 / (key_dim as f32).sqrt();
         let last = |x: &[f32], len: usize, width: usize| heads_last(x, dims, len, len, width, width);
         let last64 = |x: &[f64], len: usize, width: usize| heads_last(x, dims, len, len, width, width);
-        let [out, dq, dk, dv] = reference([&q, &k, &v, &g], dims, scale, &rule.allowed(dims), rows);
+        let bias_of = |p: usize, t: usize, s: usize| match &bias {
+            Some(FloatBias { dims: [bm, hm, _, _], values }) => {
+                let slice = if *bm == 1 { 0 } else { p / dims.heads } * hm + if *hm == 1 { 0 } else { p % dims.heads };
+                values[(slice * query_len + t) * source_len + s] as f64
+            }
+            None => 0.0,
+        };
+        let [out, dq, dk, dv, probs] = reference([&q, &k, &v, &g], dims, scale, &rule.allowed(dims), &bias_of, rows);
         let (out, dq) = (last64(&out, query_len, value_dim), last64(&dq, query_len, key_dim));
         let (dk, dv) = (last64(&dk, source_len, key_dim), last64(&dv, source_len, value_dim));
         for &isa in isas {
             let (q, k, v) = (last(&q, query_len, key_dim), last(&k, source_len, key_dim), last(&v, source_len, value_dim));
-            let mask = rule.mask(dims, rows);
-            let (output, saved) = forward_with(isa, q, k, v, dims, scale, mask);
+            let mask = rule.mask(dims, rows).with_bias(bias.clone(), dims);
+            let (output, saved, got_probs) = forward_with(isa, q, k, v, dims, scale, mask, true);
             let error = scaled_error(&output, &out);
             assert!(error < 4e-6, "{isa:?} {rule:?} {rows:?}: output at {dims:?}: error {error}");
+            let error = scaled_error(&got_probs.expect("asked for"), &probs);
+            assert!(error < 4e-6, "{isa:?} {rule:?} {rows:?}: probabilities at {dims:?}: error {error}");
             // Both ways of computing dq.
             for fused_dq in [false, true] {
                 let grads = backward_with(isa, &saved, &last(&g, query_len, value_dim), fused_dq);
@@ -1016,6 +1137,20 @@ mod tests {
             let dims = Dims { batch: 2, heads: 2, query_len: 40, source_len: 150, key_dim, value_dim };
             for rule in [Rule::None, Rule::Causal, Rule::Padding, Rule::General { causal: true }] {
                 check(dims, rule, FullyMaskedRows::Uniform, &[Isa::best(), Isa::Baseline]);
+            }
+        }
+    }
+
+    #[test]
+    fn float_masks_add_to_the_logits_per_pair_or_broadcast() {
+        for (source_len, query_len, key_dim) in [(37, 19, 5), (150, 140, 16)] {
+            let dims = Dims { batch: 2, heads: 3, query_len, source_len, key_dim, value_dim: 7 };
+            for slices in [[1, 1], [2, 3]] {
+                let values = values(slices[0] * slices[1] * query_len * source_len, 5).iter().map(|v| v * 1.5).collect();
+                let bias = FloatBias { dims: [slices[0], slices[1], query_len, source_len], values };
+                for rule in [Rule::None, Rule::Causal, Rule::General { causal: false }] {
+                    check_with_bias(dims, rule, FullyMaskedRows::Zero, &Isa::available(), Some(bias.clone()));
+                }
             }
         }
     }

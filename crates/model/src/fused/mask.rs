@@ -18,8 +18,10 @@ use rayon::prelude::*;
 
 use crate::attention::FullyMaskedRows;
 
-use super::kernel::{Dims, LANES};
+use super::bias::{BiasLanes, FloatBias};
 use super::dropout::KeepMask;
+use super::kernel::{Dims, LANES};
+use super::tile::Lanes;
 
 /// Every lane allowed.
 pub const FULL: u16 = u16::MAX;
@@ -72,6 +74,8 @@ pub struct Mask {
     bits: Option<MaskBits>,
     /// Dropout on the probabilities: which allowed pairs are kept ([`Mask::with_dropout`]).
     pub dropout: Option<KeepMask>,
+    /// A float mask added to the logits ([`Mask::with_bias`]).
+    bias: Option<BiasLanes>,
 }
 
 /// An explicit mask packed into bits, in both orientations, with the extent of each tile.
@@ -94,19 +98,24 @@ struct MaskBits {
 impl Mask {
     /// No explicit mask: only the causal rule (if any) and the key bound.
     pub fn new(causal: bool, rows: FullyMaskedRows) -> Self {
-        Self { causal, rows, bits: None, dropout: None }
+        Self { causal, rows, bits: None, dropout: None, bias: None }
     }
 
     /// The rule for `dims` with an explicit mask, which must broadcast to `[B, h, T, S]`.
     pub fn with_mask(causal: bool, rows: FullyMaskedRows, mask: Option<BoolMask>, dims: Dims) -> Self {
         let (mask_is_causal, mask) = mask.map_or((false, None), BoolMask::compact);
         let bits = mask.map(|mask| MaskBits::pack(&mask, dims));
-        Self { causal: causal || mask_is_causal, rows, bits, dropout: None }
+        Self { causal: causal || mask_is_causal, rows, bits, dropout: None, bias: None }
     }
 
     /// The same rule with dropout on the probabilities.
     pub fn with_dropout(self, dropout: Option<KeepMask>) -> Self {
         Self { dropout, ..self }
+    }
+
+    /// The same rule with a float mask added to the logits (which must broadcast to `[B, h, T, S]`).
+    pub fn with_bias(self, bias: Option<FloatBias>, dims: Dims) -> Self {
+        Self { bias: bias.map(|bias| BiasLanes::pack(&bias, dims)), ..self }
     }
 
     /// Whether some (query, key) pair of a non-empty call may be blocked.
@@ -130,7 +139,8 @@ impl Mask {
             keys.1 = keys.1.min(first_row + LANES); // the block's last row attends keys up to itself
         }
         let keep = self.dropout.map(|mask| (mask, std::array::from_fn(|i| mask.row(pair, first_row + i))));
-        RowBlock { first_row, source_len: dims.source_len, causal: self.causal, bits, keep, keys: aligned(keys, dims.padded_source_len()) }
+        let bias = self.bias.as_ref().map(|bias| bias.row_block(dims, pair, block));
+        RowBlock { first_row, source_len: dims.source_len, causal: self.causal, bits, keep, bias, keys: aligned(keys, dims.padded_source_len()) }
     }
 
     /// The rule as seen by 16 keys `block * 16 ..` of pair `pair`.
@@ -159,6 +169,7 @@ impl Mask {
             bits,
             per_row,
             keep: self.dropout.map(|mask| (mask, pair)),
+            bias: self.bias.as_ref().map(|bias| bias.key_block(dims, pair, block)),
             queries: aligned(queries, dims.padded_query_len()),
         }
     }
@@ -195,6 +206,8 @@ pub struct RowBlock<'a> {
     bits: Option<&'a [u16]>,
     /// The dropout mask and the hashes of the block's 16 rows.
     keep: Option<(KeepMask, [u32; LANES])>,
+    /// `[S']`: what the float mask adds to each key's logits of the block's rows.
+    pub bias: Option<&'a [Lanes]>,
     /// The keys to visit, `[lo, hi)` in whole lane blocks.
     pub keys: (usize, usize),
 }
@@ -251,6 +264,8 @@ pub struct KeyBlock<'a> {
     per_row: bool,
     /// The dropout mask and the (batch, head) pair.
     keep: Option<(KeepMask, usize)>,
+    /// `[T']`: what the float mask adds to each row's logits of the block's keys.
+    pub bias: Option<&'a [Lanes]>,
     /// The query rows to visit, `[lo, hi)` in whole lane blocks.
     pub queries: (usize, usize),
 }

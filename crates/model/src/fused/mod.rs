@@ -4,11 +4,13 @@
 //! * [`kernel`]: the algorithm on host slices, tiled and parallel over (batch, head, 16 rows);
 //! * [`tile`]: the two register-blocked products the kernel is made of;
 //! * [`mask`]: causal, key-padding and general boolean masks as bits, with the tiles they skip;
+//! * [`bias`]: a float mask added to the logits (torch's float `attn_mask`), in both orientations;
 //! * [`dropout`]: dropout on the probabilities as a counter-based keep-mask both passes regenerate;
 //! * [`op`]: the kernel as a Burn backend operation with its own backward pass;
 //! * [`exp`]: the vectorisable `exp` the kernel uses;
 //! * [`gemm`] and [`linear`]: the dense layers' product on the same tiles, as a backend operation.
 
+pub mod bias;
 pub mod dropout;
 pub mod exp;
 pub mod gemm;
@@ -18,6 +20,7 @@ pub mod mask;
 pub mod op;
 pub mod tile;
 
+pub use bias::FloatBias;
 pub use mask::BoolMask;
 pub use linear::linear_forward;
-pub use op::{FusedCall, fused_attention, supports};
+pub use op::{FusedCall, fused_attention, fused_attention_with_probs, supports};

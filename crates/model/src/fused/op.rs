@@ -17,6 +17,7 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, NdArray, TensorMetadata, backend_extension};
 use burn::tensor::{Bool, BoolStore, DType, Tensor, TensorData};
 
+use super::bias::FloatBias;
 use super::dropout::KeepMask;
 use super::kernel::{self, Dims};
 use super::mask::{BoolMask, Mask};
@@ -34,6 +35,9 @@ pub struct FusedCall {
     pub rows: FullyMaskedRows,
     /// Dropout on the probabilities (training), its keep-mask.
     pub dropout: Option<KeepMask>,
+    /// A float mask added to the scaled logits (torch's float `attn_mask`, its `-inf` entries
+    /// given to `allowed` instead).
+    pub bias: Option<FloatBias>,
 }
 
 /// `softmax(scale · q kᵀ, mask) v` as one backend operation. The default body runs the kernel on
@@ -106,7 +110,7 @@ fn host_forward<B: Backend>(
     let [batch, query_len, heads, key_dim] = query_shape;
     let [_, source_len, _, value_dim] = value_shape;
     let dims = Dims { batch, heads, query_len, source_len, key_dim, value_dim };
-    let mask = Mask::with_mask(call.causal, call.rows, call.allowed, dims).with_dropout(call.dropout);
+    let mask = Mask::with_mask(call.causal, call.rows, call.allowed, dims).with_dropout(call.dropout).with_bias(call.bias, dims);
     let (output, saved) = kernel::forward(query, key, value, dims, call.scale, mask);
     // The kernel computes in float32; the output keeps the input's precision.
     let output = TensorData::new(output, [batch, query_len, heads, value_dim]).convert_dtype(dtype);
@@ -145,6 +149,20 @@ pub fn fused_attention(query: Tensor<4>, key: Tensor<4>, value: Tensor<4>, call:
         call,
     );
     Tensor::from_dispatch(output) // [B, T, h, dv]
+}
+
+/// Inference only (no gradients flow through it): `softmax(scale · q kᵀ, mask) v` as
+/// [`fused_attention`] computes it, and the probabilities `[B, h, T, S]` (before dropout), both
+/// from one kernel call. Only where [`supports`] says.
+pub fn fused_attention_with_probs(query: Tensor<4>, key: Tensor<4>, value: Tensor<4>, call: FusedCall) -> (Tensor<4>, Tensor<4>) {
+    let (device, dtype) = (query.device(), query.dtype());
+    let ([batch, query_len, heads, key_dim], [_, source_len, _, value_dim]) = (query.dims(), value.dims());
+    let dims = Dims { batch, heads, query_len, source_len, key_dim, value_dim };
+    let host = |x: Tensor<4>| x.into_data().convert::<f32>().try_into_vec::<f32>().expect("converted to float32");
+    let mask = Mask::with_mask(call.causal, call.rows, call.allowed, dims).with_dropout(call.dropout).with_bias(call.bias, dims);
+    let (output, probs) = kernel::forward_with_probs(host(query), host(key), host(value), dims, call.scale, mask);
+    let tensor = |values: Vec<f32>, shape: [usize; 4]| Tensor::<4>::from_data(TensorData::new(values, shape).convert_dtype(dtype), &device);
+    (tensor(output, [batch, query_len, heads, value_dim]), tensor(probs, [batch, heads, query_len, source_len])) // [B, T, h, dv], [B, h, T, S]
 }
 
 impl BoolMask {
