@@ -12,7 +12,9 @@
 //! AVX2 or SSE) and broadcast each scalar of `rows` once per `NR` fused multiply-adds, so their
 //! rate is that of the FMA units at any feature width, not of the loads. They are written on
 //! explicit vectors ([`Vector`]): left to itself, LLVM vectorises the feature loop instead, with
-//! gathers and scatters, at a tenth of the speed.
+//! gathers and scatters, at a tenth of the speed. Vector code here holds no closures: a closure
+//! does not inherit its caller's target features, so the intrinsics in one that LLVM does not
+//! inline become calls (the 16 x 16 transpose once ran at half speed that way).
 
 use super::kernel::LANES;
 
@@ -60,7 +62,10 @@ pub trait Vector: Copy {
 /// The lane-wise maximum of `rows`, starting from `init`.
 #[inline(always)]
 pub fn lane_max<V: Vector>(rows: &[Lanes], init: Lanes) -> Lanes {
-    let max = rows.iter().fold(V::load(&init), |m, row| m.max(V::load(row)));
+    let mut max = V::load(&init);
+    for row in rows {
+        max = max.max(V::load(row));
+    }
     let mut out = [0.0; LANES];
     max.store(&mut out);
     out
@@ -182,35 +187,39 @@ mod x86 {
                 Avx512(_mm512_castsi512_ps(_mm512_slli_epi32::<23>(exponent)))
             }
         }
-        /// Four rounds of shuffles (64 instructions) instead of 256 scalar moves.
+        /// Four rounds of shuffles (64 instructions) instead of 256 scalar moves. Plain loops, no
+        /// closures: a closure does not inherit the function's target features, and its
+        /// intrinsics would be calls.
         #[inline(always)]
         fn transpose(rows: &[Lanes; 16]) -> [Lanes; 16] {
             unsafe {
-                let r: [__m512; 16] = std::array::from_fn(|i| _mm512_loadu_ps(rows[i].as_ptr()));
+                let mut r = [_mm512_setzero_ps(); 16];
+                for i in 0..16 {
+                    r[i] = _mm512_loadu_ps(rows[i].as_ptr());
+                }
                 // Pairs of rows interleaved by element, then by pairs of elements...
-                let t: [__m512; 16] = std::array::from_fn(|i| match i % 2 {
-                    0 => _mm512_unpacklo_ps(r[i], r[i + 1]),
-                    _ => _mm512_unpackhi_ps(r[i - 1], r[i]),
-                });
-                let pd = _mm512_castps_pd;
-                let u: [__m512; 16] = std::array::from_fn(|i| {
-                    let (base, k) = (i / 4 * 4, i % 4);
-                    let (a, b) = (pd(t[base + k / 2]), pd(t[base + k / 2 + 2]));
-                    _mm512_castpd_ps(if k % 2 == 0 { _mm512_unpacklo_pd(a, b) } else { _mm512_unpackhi_pd(a, b) })
-                });
+                let mut t = [_mm512_setzero_ps(); 16];
+                for i in (0..16).step_by(2) {
+                    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+                    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+                }
+                for base in (0..16).step_by(4) {
+                    for k in 0..4 {
+                        let (a, b) = (_mm512_castps_pd(t[base + k / 2]), _mm512_castps_pd(t[base + k / 2 + 2]));
+                        r[base + k] = _mm512_castpd_ps(if k % 2 == 0 { _mm512_unpacklo_pd(a, b) } else { _mm512_unpackhi_pd(a, b) });
+                    }
+                }
                 // ...then by 128-bit quarters, across groups of four and of eight rows.
-                let v: [__m512; 16] = std::array::from_fn(|i| {
-                    let (base, k) = (i / 8 * 8, i % 8);
-                    let (a, b) = (u[base + k % 4], u[base + k % 4 + 4]);
-                    if k < 4 { _mm512_shuffle_f32x4::<0x88>(a, b) } else { _mm512_shuffle_f32x4::<0xdd>(a, b) }
-                });
-                let w: [__m512; 16] = std::array::from_fn(|i| {
-                    let (a, b) = (v[i % 8], v[i % 8 + 8]);
-                    if i < 8 { _mm512_shuffle_f32x4::<0x88>(a, b) } else { _mm512_shuffle_f32x4::<0xdd>(a, b) }
-                });
+                for base in (0..16).step_by(8) {
+                    for k in 0..4 {
+                        t[base + k] = _mm512_shuffle_f32x4::<0x88>(r[base + k], r[base + k + 4]);
+                        t[base + k + 4] = _mm512_shuffle_f32x4::<0xdd>(r[base + k], r[base + k + 4]);
+                    }
+                }
                 let mut out = [[0.0; 16]; 16];
-                for (o, w) in out.iter_mut().zip(w) {
-                    _mm512_storeu_ps(o.as_mut_ptr(), w);
+                for i in 0..8 {
+                    _mm512_storeu_ps(out[i].as_mut_ptr(), _mm512_shuffle_f32x4::<0x88>(t[i], t[i + 8]));
+                    _mm512_storeu_ps(out[i + 8].as_mut_ptr(), _mm512_shuffle_f32x4::<0xdd>(t[i], t[i + 8]));
                 }
                 out
             }
@@ -281,22 +290,27 @@ mod x86 {
         }
         #[inline(always)]
         fn keep(self, bits: u16) -> Self {
+            // No closures here or below: a closure does not inherit the caller's target features.
             unsafe {
                 // Lane i of each half tests bit i (low half) or 8 + i (high half).
                 let lane_bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-                let half = |bits: i32, x: __m256| {
+                let mut out = self.0;
+                for (half, bits) in out.iter_mut().zip([i32::from(bits & 0xff), i32::from(bits >> 8)]) {
                     let set = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits), lane_bits), lane_bits);
-                    _mm256_and_ps(x, _mm256_castsi256_ps(set))
-                };
-                Avx2([half(i32::from(bits & 0xff), self.0[0]), half(i32::from(bits >> 8), self.0[1])])
+                    *half = _mm256_and_ps(*half, _mm256_castsi256_ps(set));
+                }
+                Avx2(out)
             }
         }
         #[inline(always)]
         fn pow2_of_rounded(self, magic: f32) -> Self {
             unsafe {
                 let offset = _mm256_set1_epi32(127i32.wrapping_sub(magic.to_bits() as i32));
-                let half = |x: __m256| _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_castps_si256(x), offset)));
-                Avx2([half(self.0[0]), half(self.0[1])])
+                let mut out = self.0;
+                for half in out.iter_mut() {
+                    *half = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_castps_si256(*half), offset)));
+                }
+                Avx2(out)
             }
         }
     }
@@ -351,7 +365,11 @@ pub fn lane_accumulate<V: Vector, const NR: usize>(weights: &[Lanes], rows: &[f3
 /// [`lane_accumulate`] for the `C` features `first ..`, held in registers over all rows.
 #[inline(always)]
 fn accumulate_columns<V: Vector, const C: usize>(weights: &[Lanes], rows: &[f32], stride: usize, first: usize, acc: &mut [Lanes]) {
-    let mut sums: [V; C] = std::array::from_fn(|c| V::load(&acc[c]));
+    // A loop, not `array::from_fn`: a closure does not inherit the caller's target features.
+    let mut sums = [V::zero(); C];
+    for c in 0..C {
+        sums[c] = V::load(&acc[c]);
+    }
     for (r, weight) in weights.iter().enumerate() {
         let row = &rows[r * stride + first..][..C];
         let weight = V::load(weight);
