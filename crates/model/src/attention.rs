@@ -57,9 +57,6 @@ pub struct CallTraits {
     pub dropout: bool,
     /// The call returns the probabilities.
     pub probs: bool,
-    /// The returned probabilities are those after dropout (torch's `need_weights`), which only
-    /// the decomposition has.
-    pub probs_after_dropout: bool,
     /// burn's fused op gives the call's masks their meaning.
     pub burn_masks_match: bool,
 }
@@ -68,7 +65,6 @@ impl AttentionPath {
     /// The fastest path that computes a call on `device`.
     pub fn fastest(device: &Device, call: CallTraits) -> Self {
         match () {
-            _ if call.dropout && call.probs && call.probs_after_dropout => Self::Exact,
             _ if fused::supports(device) => Self::Kernel,
             _ if !call.probs && !call.dropout && !call.autodiff && call.burn_masks_match => Self::BurnFused,
             _ => Self::Exact,
@@ -207,16 +203,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn calls_train_on_the_kernel_on_the_cpu_backends_unless_they_return_dropped_probabilities() {
+    fn every_call_takes_the_kernel_on_the_cpu_backends() {
         let flex = Device::flex().autodiff();
-        let call = |autodiff, dropout, probs| CallTraits { autodiff, dropout, probs, probs_after_dropout: false, burn_masks_match: true };
+        let call = |autodiff, dropout, probs| CallTraits { autodiff, dropout, probs, burn_masks_match: true };
         assert_eq!(AttentionPath::fastest(&flex, call(true, false, false)), AttentionPath::Kernel);
         assert_eq!(AttentionPath::fastest(&flex, call(false, false, false)), AttentionPath::Kernel, "inference");
         assert_eq!(AttentionPath::fastest(&flex, call(true, false, true)), AttentionPath::Kernel, "scores in training");
         assert_eq!(AttentionPath::fastest(&flex, call(false, false, true)), AttentionPath::Kernel, "scores in inference");
         assert_eq!(AttentionPath::fastest(&flex, call(true, true, false)), AttentionPath::Kernel, "dropout");
-        assert_eq!(AttentionPath::fastest(&flex, call(true, true, true)), AttentionPath::Kernel, "dropout, probabilities before it");
-        let torch_weights = CallTraits { probs_after_dropout: true, ..call(true, true, true) };
-        assert_eq!(AttentionPath::fastest(&flex, torch_weights), AttentionPath::Exact, "probabilities after dropout");
+        assert_eq!(AttentionPath::fastest(&flex, call(true, true, true)), AttentionPath::Kernel, "dropout and probabilities");
     }
 }

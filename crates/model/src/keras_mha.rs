@@ -520,7 +520,6 @@ impl KerasMha {
             autodiff: input.query.is_autodiff(),
             dropout: dropout_active,
             probs: input.return_attention_scores,
-            probs_after_dropout: false, // Keras returns the scores before dropout
             burn_masks_match: input.attention_mask.is_none() || rows == FullyMaskedRows::Zero,
         };
         let path = AttentionPath::fastest(&input.query.device(), call);

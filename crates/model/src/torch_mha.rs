@@ -364,8 +364,8 @@ impl TorchMha {
     ///
     /// Takes the fastest [`AttentionPath`] that computes the call: on the CPU backends the fused
     /// kernel (boolean and float masks, training and dropout included; the weights written by the
-    /// kernel in inference and from a softmax beside it in training), except a call that returns
-    /// weights with active dropout, which torch returns after dropout;
+    /// kernel in inference, and from a softmax beside it in training or with active dropout,
+    /// after dropout with the kernel's own keep-mask, as torch returns them);
     /// elsewhere inference without weights runs burn's fused op (which, like torch,
     /// gives fully blocked rows zero attention); everything else the decomposed path of
     /// [`TorchMha::forward_exact`].
@@ -377,7 +377,6 @@ impl TorchMha {
             autodiff: input.query.is_autodiff(),
             dropout: dropout_active,
             probs: input.need_weights,
-            probs_after_dropout: true, // torch returns the weights after dropout
             burn_masks_match: boolean_masks,
         };
         let path = AttentionPath::fastest(&input.query.device(), call);
@@ -424,7 +423,7 @@ impl TorchMha {
         let dropout = probs_dropout(if input.training { self.dropout } else { 0.0 }, None, &q.device());
         let (context, attn_weights) = match path {
             // In inference the kernel returns the probabilities too.
-            AttentionPath::Kernel if input.need_weights && !q.is_autodiff() => {
+            AttentionPath::Kernel if input.need_weights && !q.is_autodiff() && dropout.is_none() => {
                 let (allowed, bias) = kernel_masks(key_padding_mask, attn_mask, shape)?;
                 let call = FusedCall { scale, allowed: allowed.map(BoolMask::from_tensor), causal: false, rows: FullyMaskedRows::Zero, dropout, bias };
                 let (context, probs) = fused::fused_attention_with_probs(q, k, v, call); // [B, T, h, E/h], [B, h, T, S]
@@ -434,8 +433,14 @@ impl TorchMha {
             AttentionPath::Kernel => {
                 let weights = match input.need_weights {
                     true => {
-                        let (blocked, _) = blocked_and_bias(key_padding_mask.clone(), attn_mask.clone(), shape)?; // boolean masks: no bias
-                        let probs = masked_softmax(scaled_logits(q.clone(), k.clone(), scale), blocked, FullyMaskedRows::Zero); // [B, h, T, S]
+                        let (blocked, bias) = blocked_and_bias(key_padding_mask.clone(), attn_mask.clone(), shape)?;
+                        let logits = scaled_logits(q.clone(), k.clone(), scale); // [B, h, T, S]
+                        let logits = match bias {
+                            Some(bias) => logits + bias,
+                            None => logits,
+                        };
+                        // torch returns the weights after dropout: the kernel's keep-mask, drawn here too.
+                        let probs = dropout_probs(masked_softmax(logits, blocked, FullyMaskedRows::Zero), dropout); // [B, h, T, S]
                         Some(AttnWeights::of(probs, input.average_attn_weights))
                     }
                     false => None,

@@ -174,7 +174,10 @@ fn calls_returning_probabilities_train_on_the_kernel_exactly() {
                 let query = input([2, 9, 12], 42, &device);
                 let key = input([2, 11, 12], 43, &device);
                 let ignored = bool_tensor([2, 11], |i| i % 11 >= 11 - 4 * (i / 11), &device); // lengths 11, 7
-                let mut call = TorchMhaInput::new(query.clone(), key.clone(), key.clone()).need_weights(true);
+                // A float mask: -inf entries block, the rest adds to the logits of both branches.
+                let bias: Vec<f32> = (0..9 * 11).map(|i| if i % 6 == 2 { f32::NEG_INFINITY } else { (i % 4) as f32 * 0.5 - 0.7 }).collect();
+                let bias = Tensor::<3>::from_data(TensorData::new(bias, [1, 9, 11]), &device);
+                let mut call = TorchMhaInput::new(query.clone(), key.clone(), key.clone()).need_weights(true).attn_mask(AttnMask::Additive(bias));
                 call.key_padding_mask = Some(ignored);
                 call.average_attn_weights = average;
                 let out = torch_call(&mha, call, exact);
@@ -278,18 +281,26 @@ fn dropout_in_the_kernel_matches_the_exact_path_with_gradients() {
     for device in cpu_backends() {
         let device = device.autodiff();
         let mha = converted.config.init_with_state_dict(&converted.weights, &device).unwrap();
-        let run = |exact: bool| {
-            device.seed(62); // the keep-mask's seed comes from the device's generator
-            let query = input([2, 9, 12], 63, &device);
-            let key = input([2, 11, 12], 64, &device);
-            let ignored = bool_tensor([2, 11], |i| i % 11 >= 11 - 4 * (i / 11), &device);
-            let mut call = TorchMhaInput::new(query.clone(), key.clone(), key.clone()).need_weights(false).training(true);
-            call.key_padding_mask = Some(ignored);
-            let output = torch_call(&mha, call, exact).output;
-            output_and_gradients(&mha, output, &[&query, &key])
-        };
-        let diff = max_scaled_diff(&run(false), &run(true));
-        assert!(diff < 1e-6, "torch dropout on {device:?}: kernel vs exact {diff:e}");
+        // With weights too, which torch returns after dropout: the kernel's keep-mask in both.
+        for need_weights in [false, true] {
+            let run = |exact: bool| {
+                device.seed(62); // the keep-mask's seed comes from the device's generator
+                let query = input([2, 9, 12], 63, &device);
+                let key = input([2, 11, 12], 64, &device);
+                let ignored = bool_tensor([2, 11], |i| i % 11 >= 11 - 4 * (i / 11), &device);
+                let mut call = TorchMhaInput::new(query.clone(), key.clone(), key.clone()).need_weights(need_weights).training(true);
+                call.key_padding_mask = Some(ignored);
+                call.average_attn_weights = false;
+                let out = torch_call(&mha, call, exact);
+                let output = match out.attn_weights {
+                    Some(AttnWeights::PerHead(weights)) => Tensor::cat(vec![flat(out.output), flat(weights.reshape([2, 4 * 9, 11]))], 2),
+                    _ => out.output,
+                };
+                output_and_gradients(&mha, output, &[&query, &key])
+            };
+            let diff = max_scaled_diff(&run(false), &run(true));
+            assert!(diff < 1e-6, "torch dropout (weights {need_weights}) on {device:?}: kernel vs exact {diff:e}");
+        }
     }
 }
 
