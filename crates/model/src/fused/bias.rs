@@ -57,22 +57,15 @@ impl BiasLanes {
         Self { slices: [bm, hm], by_rows, by_keys }
     }
 
-    /// The slice that (batch, head) pair `pair` reads.
-    fn slice(&self, dims: &Dims, pair: usize) -> usize {
-        let (batch, head) = (pair / dims.heads, pair % dims.heads);
-        let [bm, hm] = self.slices;
-        (if bm == 1 { 0 } else { batch }) * hm + if hm == 1 { 0 } else { head }
-    }
-
     /// `[S']`: what 16 query rows `block * 16 ..` of pair `pair` add to each key's logits.
     pub(crate) fn row_block(&self, dims: &Dims, pair: usize, block: usize) -> &[Lanes] {
         let padded_s = dims.padded_source_len();
-        &self.by_rows[(self.slice(dims, pair) * dims.row_blocks() + block) * padded_s..][..padded_s]
+        &self.by_rows[(dims.broadcast_slice(self.slices, pair) * dims.row_blocks() + block) * padded_s..][..padded_s]
     }
 
     /// `[T']`: what each query row adds to the logits of 16 keys `block * 16 ..` of pair `pair`.
     pub(crate) fn key_block(&self, dims: &Dims, pair: usize, block: usize) -> &[Lanes] {
         let padded_t = dims.padded_query_len();
-        &self.by_keys[(self.slice(dims, pair) * dims.key_blocks() + block) * padded_t..][..padded_t]
+        &self.by_keys[(dims.broadcast_slice(self.slices, pair) * dims.key_blocks() + block) * padded_t..][..padded_t]
     }
 }

@@ -33,7 +33,7 @@
 
 use rayon::prelude::*;
 
-use super::exp::exp_nonpositive;
+use super::exp;
 use super::mask::{FULL, KeyBlock, Mask, RowBlock};
 use super::tile::{Lanes, Portable, Vector, lane_accumulate, lane_dots, lane_max, lanes};
 use crate::attention::FullyMaskedRows;
@@ -81,12 +81,12 @@ impl Isa {
     }
 }
 
-/// Calls `$f::<V, NR, FMA>(args)` compiled for `$isa`: its vectors `V`, `NR` accumulator
-/// vectors (as many as its registers hold beside the operands), and whether it has FMA.
+/// Calls `$f::<V, NR>(args)` compiled for `$isa`: its vectors `V` and `NR` accumulator vectors
+/// (as many as its registers hold beside the operands).
 macro_rules! dispatch {
     ($isa:expr, $f:ident($($arg:expr),*)) => {
         match $isa {
-            Isa::Baseline => $f::<Portable, 2, false>($($arg),*),
+            Isa::Baseline => $f::<Portable, 2>($($arg),*),
             // SAFETY: an `Isa` other than `Baseline` comes from `Isa::available`, so the CPU
             // supports the features the function is compiled for.
             #[cfg(target_arch = "x86_64")]
@@ -108,17 +108,17 @@ mod simd {
 
                 #[target_feature(enable = $features)]
                 pub unsafe fn forward_tile(job: ForwardTile, scratch: &mut Scratch) {
-                    super::super::forward_tile::<$vector, $nr, true>(job, scratch)
+                    super::super::forward_tile::<$vector, $nr>(job, scratch)
                 }
 
                 #[target_feature(enable = $features)]
                 pub unsafe fn key_value_tile(job: KeyValueTile, scratch: &mut Scratch) {
-                    super::super::key_value_tile::<$vector, $nr, true>(job, scratch)
+                    super::super::key_value_tile::<$vector, $nr>(job, scratch)
                 }
 
                 #[target_feature(enable = $features)]
                 pub unsafe fn query_tile(job: QueryTile, scratch: &mut Scratch) {
-                    super::super::query_tile::<$vector, $nr, true>(job, scratch)
+                    super::super::query_tile::<$vector, $nr>(job, scratch)
                 }
             }
         };
@@ -139,6 +139,16 @@ pub struct Dims {
 }
 
 impl Dims {
+    /// The sizes of a call with query `[B, T, h, dk]` and value `[B, S, h, dv]`.
+    pub fn of([batch, query_len, heads, key_dim]: [usize; 4], [_, source_len, _, value_dim]: [usize; 4]) -> Self {
+        Self { batch, heads, query_len, source_len, key_dim, value_dim }
+    }
+
+    /// `[B, T, h, dv]`: the output's shape.
+    pub fn output_shape(&self) -> [usize; 4] {
+        [self.batch, self.query_len, self.heads, self.value_dim]
+    }
+
     /// `[B, T, h, dk]`, `[B, S, h, dk]` and `[B, S, h, dv]`: the query, key and value shapes.
     pub fn shapes(&self) -> [[usize; 4]; 3] {
         let Dims { batch, heads, query_len, source_len, key_dim, value_dim } = *self;
@@ -153,6 +163,13 @@ impl Dims {
     /// (batch, head) pairs.
     pub(crate) fn pairs(&self) -> usize {
         self.batch * self.heads
+    }
+
+    /// The slice of a `[Bm, Hm, ..]` tensor (each of `Bm`, `Hm` 1, broadcast, or the call's size)
+    /// that (batch, head) pair `pair` reads.
+    pub(crate) fn broadcast_slice(&self, [bm, hm]: [usize; 2], pair: usize) -> usize {
+        let (batch, head) = (pair / self.heads, pair % self.heads);
+        (if bm == 1 { 0 } else { batch }) * hm + if hm == 1 { 0 } else { head }
     }
 
     /// Tiles of 16 query rows, and of 16 keys.
@@ -498,8 +515,7 @@ pub struct ForwardTile<'a> {
 
 /// The forward pass of one tile, `STEP` keys at a time with the online softmax.
 #[inline(always)]
-fn forward_tile<V: Vector, const NR: usize, const FMA: bool>(job: ForwardTile, scratch: &mut Scratch) {
-    let wk = job.query_t.len();
+fn forward_tile<V: Vector, const NR: usize>(job: ForwardTile, scratch: &mut Scratch) {
     let wv = job.output.len() / LANES;
     let context = &mut scratch.first[..wv];
     context.fill([0.0; LANES]);
@@ -509,10 +525,7 @@ fn forward_tile<V: Vector, const NR: usize, const FMA: bool>(job: ForwardTile, s
     for start in (lo..hi).step_by(STEP) {
         let n = STEP.min(hi - start);
         let scores = &mut scratch.scores[..n];
-        lane_dots::<V, NR>(job.query_t, &job.key_rows[start * wk..], wk, 1, scores);
-        if let Some(bias) = job.mask.bias {
-            add_bias::<V>(scores, &bias[start..][..n]);
-        }
+        step_scores::<V, NR>(job.query_t, job.key_rows, job.mask.bias, start, scores);
         let masked = !job.mask.all_allowed(start + n);
         if masked {
             mask_scores(scores, &mut scratch.bits[..n], |j| job.mask.bits(start + j));
@@ -520,7 +533,8 @@ fn forward_tile<V: Vector, const NR: usize, const FMA: bool>(job: ForwardTile, s
         let new_max = lane_max::<V>(scores, max);
         if new_max != max {
             // Rows whose maximum grew rescale what they have summed so far.
-            let alpha = lanes(|i| exp_nonpositive::<FMA>(max[i] - reference(new_max[i])));
+            let mut alpha = [0.0; LANES];
+            exp::exp_nonpositive(V::load(&lanes(|i| max[i] - reference(new_max[i])))).store(&mut alpha);
             sum = lanes(|i| sum[i] * alpha[i]);
             context.iter_mut().for_each(|c| *c = lanes(|i| c[i] * alpha[i]));
             max = new_max;
@@ -587,16 +601,12 @@ fn write_probs<V: Vector, const NR: usize>(
     scratch: &mut Scratch,
     probs: &mut [f32], // [rows, S], zeros
 ) {
-    let wk = query_t.len();
     let (shift, scale) = (V::load(&max), V::load(&inv));
     let (lo, hi) = mask.keys;
     for start in (lo..hi).step_by(STEP) {
         let n = STEP.min(hi - start);
         let scores = &mut scratch.scores[..n];
-        lane_dots::<V, NR>(query_t, &key_rows[start * wk..], wk, 1, scores);
-        if let Some(bias) = mask.bias {
-            add_bias::<V>(scores, &bias[start..][..n]);
-        }
+        step_scores::<V, NR>(query_t, key_rows, mask.bias, start, scores);
         let masked = !mask.all_allowed(start + n);
         for (j, s) in scores.iter_mut().enumerate() {
             let mut p = V::load(s).sub(shift).exp_nonpositive().mul(scale);
@@ -621,11 +631,16 @@ fn write_probs<V: Vector, const NR: usize>(
     }
 }
 
-/// `scores[j] += bias[j]`: a float mask on one step's logits.
+/// The logits of one step: `scores[j] = tile · rows[start + j]` (a tile of 16 lanes against
+/// `scores.len()` rows of its width), plus the float mask's `bias[start + j]` where there is one.
 #[inline(always)]
-fn add_bias<V: Vector>(scores: &mut [Lanes], bias: &[Lanes]) {
-    for (s, b) in scores.iter_mut().zip(bias) {
-        V::load(s).add(V::load(b)).store(s);
+fn step_scores<V: Vector, const NR: usize>(tile: &[Lanes], rows: &[f32], bias: Option<&[Lanes]>, start: usize, scores: &mut [Lanes]) {
+    let width = tile.len();
+    lane_dots::<V, NR>(tile, &rows[start * width..], width, 1, scores);
+    if let Some(bias) = bias {
+        for (s, b) in scores.iter_mut().zip(&bias[start..]) {
+            V::load(s).add(V::load(b)).store(s);
+        }
     }
 }
 
@@ -725,7 +740,7 @@ impl<'a> KeyValueInputs<'a> {
 
 /// `dk` and `dv` of one tile, `STEP` query rows at a time.
 #[inline(always)]
-fn key_value_tile<V: Vector, const NR: usize, const FMA: bool>(mut job: KeyValueTile, scratch: &mut Scratch) {
+fn key_value_tile<V: Vector, const NR: usize>(mut job: KeyValueTile, scratch: &mut Scratch) {
     let (wk, wv) = (job.key_t.len(), job.value_t.len());
     let key_acc = &mut scratch.first[..wk];
     let value_acc = &mut scratch.second[..wv];
@@ -735,10 +750,7 @@ fn key_value_tile<V: Vector, const NR: usize, const FMA: bool>(mut job: KeyValue
     for start in (lo..hi).step_by(STEP) {
         let n = STEP.min(hi - start);
         let (probs, grads) = (&mut scratch.scores[..n], &mut scratch.grads[..n]);
-        lane_dots::<V, NR>(job.key_t, &job.query_rows[start * wk..], wk, 1, probs); // s_j for each row
-        if let Some(bias) = job.mask.bias {
-            add_bias::<V>(probs, &bias[start..][..n]);
-        }
+        step_scores::<V, NR>(job.key_t, job.query_rows, job.mask.bias, start, probs); // s_j for each row
         lane_dots::<V, NR>(job.value_t, &job.grad_rows[start * wv..], wv, 1, grads); // dp_j
         let masked = !job.mask.all_allowed(start, n);
         let dropout = job.mask.keep_bits(start, &mut scratch.keep[..n]);
@@ -750,17 +762,15 @@ fn key_value_tile<V: Vector, const NR: usize, const FMA: bool>(mut job: KeyValue
             if masked {
                 prob = prob.keep(job.mask.bits(t));
             }
-            let mut dp = V::load(g);
+            let (mut dp, mut kept) = (V::load(g), prob);
             if dropout {
                 // dv takes the dropped probabilities, and dp of a dropped entry is 0.
                 let keep = scratch.keep[r];
                 dp = dp.keep(keep).mul(scale);
-                prob.mul(dp.sub(dot)).store(g); // ds_j
-                prob.keep(keep).mul(scale).store(p);
-            } else {
-                prob.mul(dp.sub(dot)).store(g); // ds_j
-                prob.store(p);
+                kept = prob.keep(keep).mul(scale);
             }
+            prob.mul(dp.sub(dot)).store(g); // ds_j
+            kept.store(p);
         }
         lane_accumulate::<V, NR>(probs, &job.grad_rows[start * wv..], wv, value_acc);
         lane_accumulate::<V, NR>(grads, &job.query_rows[start * wk..], wk, key_acc);
@@ -806,7 +816,7 @@ pub struct QueryTile<'a> {
 
 /// `dq` of one tile, `STEP` keys at a time.
 #[inline(always)]
-fn query_tile<V: Vector, const NR: usize, const FMA: bool>(job: QueryTile, scratch: &mut Scratch) {
+fn query_tile<V: Vector, const NR: usize>(job: QueryTile, scratch: &mut Scratch) {
     let (wk, wv) = (job.query_t.len(), job.grad_t.len());
     let query_acc = &mut scratch.first[..wk];
     query_acc.fill([0.0; LANES]);
@@ -816,10 +826,7 @@ fn query_tile<V: Vector, const NR: usize, const FMA: bool>(job: QueryTile, scrat
     for start in (lo..hi).step_by(STEP) {
         let n = STEP.min(hi - start);
         let (scores, grads) = (&mut scratch.scores[..n], &mut scratch.grads[..n]);
-        lane_dots::<V, NR>(job.query_t, &job.key_rows[start * wk..], wk, 1, scores);
-        if let Some(bias) = job.mask.bias {
-            add_bias::<V>(scores, &bias[start..][..n]);
-        }
+        step_scores::<V, NR>(job.query_t, job.key_rows, job.mask.bias, start, scores);
         lane_dots::<V, NR>(job.grad_t, &job.value_rows[start * wv..], wv, 1, grads); // dp_j
         let masked = !job.mask.all_allowed(start + n);
         let dropout = job.mask.keep_bits(start, &mut scratch.keep[..n]);
@@ -1080,8 +1087,7 @@ mod tests {
         let last64 = |x: &[f64], len: usize, width: usize| heads_last(x, dims, len, len, width, width);
         let bias_of = |p: usize, t: usize, s: usize| match &bias {
             Some(FloatBias { dims: [bm, hm, _, _], values }) => {
-                let slice = if *bm == 1 { 0 } else { p / dims.heads } * hm + if *hm == 1 { 0 } else { p % dims.heads };
-                values[(slice * query_len + t) * source_len + s] as f64
+                values[(dims.broadcast_slice([*bm, *hm], p) * query_len + t) * source_len + s] as f64
             }
             None => 0.0,
         };

@@ -129,7 +129,7 @@ impl Mask {
         let first_row = block * LANES;
         let mut keys = (0, dims.source_len);
         let bits = self.bits.as_ref().map(|m| {
-            let slice = m.slice(dims, pair);
+            let slice = dims.broadcast_slice(m.slices, pair);
             let tb = if m.per_row { dims.row_blocks() } else { 1 };
             let tile = if m.per_row { block } else { 0 };
             keys = m.row_extents[slice * tb + tile];
@@ -150,7 +150,7 @@ impl Mask {
         let mut queries = (0, dims.query_len);
         let mut per_row = true;
         let bits = self.bits.as_ref().map(|m| {
-            let slice = m.slice(dims, pair);
+            let slice = dims.broadcast_slice(m.slices, pair);
             let sb = dims.key_blocks();
             let tk = if m.per_row { dims.query_len } else { 1 };
             per_row = m.per_row;
@@ -365,14 +365,6 @@ impl MaskBits {
             })
             .collect();
         Self { slices: [bm, hm], per_row, row_bits, key_bits, row_extents, key_extents }
-    }
-
-    /// The slice that (batch, head) pair `pair` reads.
-    #[inline]
-    fn slice(&self, dims: &Dims, pair: usize) -> usize {
-        let (batch, head) = (pair / dims.heads, pair % dims.heads);
-        let [bm, hm] = self.slices;
-        (if bm == 1 { 0 } else { batch }) * hm + if hm == 1 { 0 } else { head }
     }
 }
 

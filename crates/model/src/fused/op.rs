@@ -107,14 +107,20 @@ fn host_forward<B: Backend>(
     let (query, query_shape) = to_host::<B>(query);
     let (key, _) = to_host::<B>(key);
     let (value, value_shape) = to_host::<B>(value);
-    let [batch, query_len, heads, key_dim] = query_shape;
-    let [_, source_len, _, value_dim] = value_shape;
-    let dims = Dims { batch, heads, query_len, source_len, key_dim, value_dim };
-    let mask = Mask::with_mask(call.causal, call.rows, call.allowed, dims).with_dropout(call.dropout).with_bias(call.bias, dims);
-    let (output, saved) = kernel::forward(query, key, value, dims, call.scale, mask);
+    let dims = Dims::of(query_shape, value_shape);
+    let (scale, mask) = call.rule(dims);
+    let (output, saved) = kernel::forward(query, key, value, dims, scale, mask);
     // The kernel computes in float32; the output keeps the input's precision.
-    let output = TensorData::new(output, [batch, query_len, heads, value_dim]).convert_dtype(dtype);
+    let output = TensorData::new(output, dims.output_shape()).convert_dtype(dtype);
     (B::float_from_data(output, &device), saved)
+}
+
+impl FusedCall {
+    /// The scale and the kernel's masking rule of this call at `dims`.
+    fn rule(self, dims: Dims) -> (f32, Mask) {
+        let mask = Mask::with_mask(self.causal, self.rows, self.allowed, dims).with_dropout(self.dropout).with_bias(self.bias, dims);
+        (self.scale, mask)
+    }
 }
 
 /// A rank-4 float tensor of a host-memory backend as float32 values (the kernel's precision)
@@ -156,13 +162,13 @@ pub fn fused_attention(query: Tensor<4>, key: Tensor<4>, value: Tensor<4>, call:
 /// from one kernel call. Only where [`supports`] says.
 pub fn fused_attention_with_probs(query: Tensor<4>, key: Tensor<4>, value: Tensor<4>, call: FusedCall) -> (Tensor<4>, Tensor<4>) {
     let (device, dtype) = (query.device(), query.dtype());
-    let ([batch, query_len, heads, key_dim], [_, source_len, _, value_dim]) = (query.dims(), value.dims());
-    let dims = Dims { batch, heads, query_len, source_len, key_dim, value_dim };
+    let dims = Dims::of(query.dims(), value.dims());
     let host = |x: Tensor<4>| x.into_data().convert::<f32>().try_into_vec::<f32>().expect("converted to float32");
-    let mask = Mask::with_mask(call.causal, call.rows, call.allowed, dims).with_dropout(call.dropout).with_bias(call.bias, dims);
-    let (output, probs) = kernel::forward_with_probs(host(query), host(key), host(value), dims, call.scale, mask);
+    let (scale, mask) = call.rule(dims);
+    let (output, probs) = kernel::forward_with_probs(host(query), host(key), host(value), dims, scale, mask);
     let tensor = |values: Vec<f32>, shape: [usize; 4]| Tensor::<4>::from_data(TensorData::new(values, shape).convert_dtype(dtype), &device);
-    (tensor(output, [batch, query_len, heads, value_dim]), tensor(probs, [batch, heads, query_len, source_len])) // [B, T, h, dv], [B, h, T, S]
+    let Dims { batch, heads, query_len, source_len, .. } = dims;
+    (tensor(output, dims.output_shape()), tensor(probs, [batch, heads, query_len, source_len])) // [B, T, h, dv], [B, h, T, S]
 }
 
 impl BoolMask {

@@ -46,11 +46,11 @@ pub trait Vector: Copy {
     /// `2^n` for the `n` that [`exp`](super::exp)'s rounding trick holds in the low mantissa bits
     /// of `self`: the bit pattern `(bits(self) - bits(magic) + 127) << 23`.
     fn pow2_of_rounded(self, magic: f32) -> Self;
-    /// `exp(self)` for lanes `<= 0` ([`exp::exp_nonpositive`](super::exp::exp_nonpositive) lane by
-    /// lane), unless the instruction set has a shorter way.
+    /// `exp(self)` for lanes `<= 0` ([`exp::exp_nonpositive`](super::exp::exp_nonpositive)), unless
+    /// the instruction set has a shorter way.
     #[inline(always)]
     fn exp_nonpositive(self) -> Self {
-        super::exp::exp_nonpositive_vector(self)
+        super::exp::exp_nonpositive(self)
     }
     /// The 16 x 16 block `rows` transposed: lane `i` of output `j` is lane `j` of row `i`.
     #[inline(always)]
