@@ -544,11 +544,14 @@ impl KerasMha {
         let rate = if input.training { self.dropout } else { 0.0 };
         let seed = self.seed.filter(|_| rate > 0.0).map(|seed| [seed, self.dropout_calls.fetch_add(1, Ordering::Relaxed)]);
         let dropout = probs_dropout(rate, seed, &q.device());
+        let kernel_call = |attention_mask: Option<Tensor<3, Bool>>| {
+            let allowed = attention_mask.map(|mask| BoolMask::from_tensor(mask.unsqueeze_dim(1))); // [B, 1, T, S]
+            FusedCall { scale, allowed, causal: input.use_causal_mask, rows, dropout, bias: None }
+        };
         let (context, attention_scores) = match path {
             // In inference the kernel returns the probabilities too.
             AttentionPath::Kernel if input.return_attention_scores && !q.is_autodiff() => {
-                let allowed = input.attention_mask.map(|mask| BoolMask::from_tensor(mask.unsqueeze_dim(1))); // [B, 1, T, S]
-                let call = FusedCall { scale, allowed, causal: input.use_causal_mask, rows, dropout, bias: None };
+                let call = kernel_call(input.attention_mask);
                 let (context, probs) = fused::fused_attention_with_probs(q, kk, v, call); // [B, T, h, v], [B, h, T, S]
                 (context, Some(probs))
             }
@@ -558,9 +561,7 @@ impl KerasMha {
                     let blocked = blocked_pairs(input.attention_mask.clone(), input.use_causal_mask, [batch, h, query_len, source_len], &q.device());
                     masked_softmax(scaled_logits(q.clone(), kk.clone(), scale), blocked, rows) // [B, h, T, S]
                 });
-                let allowed = input.attention_mask.map(|mask| BoolMask::from_tensor(mask.unsqueeze_dim(1))); // [B, 1, T, S]
-                let call = FusedCall { scale, allowed, causal: input.use_causal_mask, rows, dropout, bias: None };
-                (fused::fused_attention(q, kk, v, call), probs) // [B, T, h, v]
+                (fused::fused_attention(q, kk, v, kernel_call(input.attention_mask)), probs) // [B, T, h, v]
             }
             AttentionPath::BurnFused => {
                 let blocked = blocked_pairs(input.attention_mask, input.use_causal_mask, [batch, h, query_len, source_len], &q.device());

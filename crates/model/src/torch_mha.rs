@@ -27,7 +27,7 @@ use burn::module::{Module, Param};
 use burn::nn::{Initializer, Linear};
 use burn::tensor::{Bool, Device, Tensor};
 
-use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, burn_fused_attention, dropout_probs, masked_softmax, probs_dropout, merge_heads, scaled_logits, split_heads, transpose_heads};
+use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, ProbsDropout, attend, burn_fused_attention, dropout_probs, masked_softmax, probs_dropout, merge_heads, scaled_logits, split_heads, transpose_heads};
 use crate::fused::{self, BoolMask, FloatBias, FusedCall, linear_forward};
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
@@ -424,8 +424,7 @@ impl TorchMha {
         let (context, attn_weights) = match path {
             // In inference the kernel returns the probabilities too.
             AttentionPath::Kernel if input.need_weights && !q.is_autodiff() && dropout.is_none() => {
-                let (allowed, bias) = kernel_masks(key_padding_mask, attn_mask, shape)?;
-                let call = FusedCall { scale, allowed: allowed.map(BoolMask::from_tensor), causal: false, rows: FullyMaskedRows::Zero, dropout, bias };
+                let call = kernel_call(key_padding_mask, attn_mask, shape, scale, dropout)?;
                 let (context, probs) = fused::fused_attention_with_probs(q, k, v, call); // [B, T, h, E/h], [B, h, T, S]
                 (context, Some(AttnWeights::of(probs, input.average_attn_weights)))
             }
@@ -434,19 +433,13 @@ impl TorchMha {
                 let weights = match input.need_weights {
                     true => {
                         let (blocked, bias) = blocked_and_bias(key_padding_mask.clone(), attn_mask.clone(), shape)?;
-                        let logits = scaled_logits(q.clone(), k.clone(), scale); // [B, h, T, S]
-                        let logits = match bias {
-                            Some(bias) => logits + bias,
-                            None => logits,
-                        };
-                        // torch returns the weights after dropout: the kernel's keep-mask, drawn here too.
-                        let probs = dropout_probs(masked_softmax(logits, blocked, FullyMaskedRows::Zero), dropout); // [B, h, T, S]
+                        // The kernel's keep-mask, drawn here too.
+                        let probs = weights_after_dropout(logits_with_bias(q.clone(), k.clone(), scale, bias), blocked, dropout); // [B, h, T, S]
                         Some(AttnWeights::of(probs, input.average_attn_weights))
                     }
                     false => None,
                 };
-                let (allowed, bias) = kernel_masks(key_padding_mask, attn_mask, shape)?;
-                let call = FusedCall { scale, allowed: allowed.map(BoolMask::from_tensor), causal: false, rows: FullyMaskedRows::Zero, dropout, bias };
+                let call = kernel_call(key_padding_mask, attn_mask, shape, scale, dropout)?;
                 (fused::fused_attention(q, k, v, call), weights) // [B, T, h, E/h]
             }
             AttentionPath::BurnFused => {
@@ -456,14 +449,9 @@ impl TorchMha {
             AttentionPath::Exact => {
                 let (blocked, bias) = blocked_and_bias(key_padding_mask, attn_mask, shape)?;
                 let v = transpose_heads(v); // [B, h, S, E/h]
-                let logits = scaled_logits(q, k, scale); // [B, h, T, S]
-                let logits = match bias {
-                    Some(bias) => logits + bias,
-                    None => logits,
-                };
+                let logits = logits_with_bias(q, k, scale, bias); // [B, h, T, S]
                 if input.need_weights {
-                    // torch returns the weights after dropout.
-                    let probs = dropout_probs(masked_softmax(logits, blocked, FullyMaskedRows::Zero), dropout); // [B, h, T, S]
+                    let probs = weights_after_dropout(logits, blocked, dropout); // [B, h, T, S]
                     let weights = AttnWeights::of(probs.clone(), input.average_attn_weights);
                     (transpose_heads(probs.matmul(v)), Some(weights)) // [B, T, h, E/h]
                 } else {
@@ -568,6 +556,33 @@ fn blocked_and_bias(
         None => None,
     };
     Ok((blocked, bias))
+}
+
+/// torch's logits `(scale · q) kᵀ` `[B, h, T, S]` plus a float mask's bias, on the decomposed path.
+fn logits_with_bias(q: Tensor<4>, k: Tensor<4>, scale: f32, bias: Option<Tensor<4>>) -> Tensor<4> {
+    let logits = scaled_logits(q, k, scale); // [B, h, T, S]
+    match bias {
+        Some(bias) => logits + bias,
+        None => logits,
+    }
+}
+
+/// The weights torch returns `[B, h, T, S]`: the masked softmax (zero for fully blocked rows)
+/// after dropout.
+fn weights_after_dropout(logits: Tensor<4>, blocked: Option<Tensor<4, Bool>>, dropout: ProbsDropout) -> Tensor<4> {
+    dropout_probs(masked_softmax(logits, blocked, FullyMaskedRows::Zero), dropout)
+}
+
+/// A call of the fused kernel with torch's masks ([`kernel_masks`]).
+fn kernel_call(
+    key_padding_mask: Option<Tensor<2, Bool>>,
+    attn_mask: Option<AttnMask>,
+    shape: [usize; 4],
+    scale: f32,
+    dropout: ProbsDropout,
+) -> Result<FusedCall> {
+    let (allowed, bias) = kernel_masks(key_padding_mask, attn_mask, shape)?;
+    Ok(FusedCall { scale, allowed: allowed.map(BoolMask::from_tensor), causal: false, rows: FullyMaskedRows::Zero, dropout, bias })
 }
 
 /// torch's masks for the fused kernel: the allowed pairs (true = may attend), `[B|1, h|1, T|1, S]`,
