@@ -22,9 +22,16 @@ fn inference_input<const D: usize>(shape: [usize; D], seed: u64, device: &Device
     Tensor::from_data(TensorData::new(values(shape.iter().product(), seed), shape), device)
 }
 
+/// Held by whatever draws from a device's generator: tests run in parallel threads, and the torch
+/// dropout test seeds the generator, then relies on the next draws being its own.
+static DEVICE_GENERATOR: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Random weights (biases included) for a Keras config.
 fn keras_weights(config: &KerasMhaConfig, seed: u64) -> WeightMap {
-    let fresh = config.init(&Device::flex()).unwrap().keras_weights();
+    let fresh = {
+        let _generator = DEVICE_GENERATOR.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        config.init(&Device::flex()).unwrap().keras_weights()
+    };
     let mut weights = WeightMap::new();
     for (i, (name, t)) in fresh.iter().enumerate() {
         weights.insert(name, HostTensor::new(t.shape.clone(), values(t.data.len(), seed + i as u64)));
@@ -298,7 +305,11 @@ fn dropout_in_the_kernel_matches_the_exact_path_with_gradients() {
                 };
                 output_and_gradients(&mha, output, &[&query, &key])
             };
-            let diff = max_scaled_diff(&run(false), &run(true));
+            let (kernel, exact) = {
+                let _generator = DEVICE_GENERATOR.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                (run(false), run(true))
+            };
+            let diff = max_scaled_diff(&kernel, &exact);
             assert!(diff < 1e-6, "torch dropout (weights {need_weights}) on {device:?}: kernel vs exact {diff:e}");
         }
     }
