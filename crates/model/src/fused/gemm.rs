@@ -43,14 +43,27 @@ impl<'a> View<'a> {
 
 /// `A B` as a row-major `[M, N]` buffer.
 pub fn matmul(a: View, b: View) -> Vec<f32> {
-    on_pool(|| matmul_with(Isa::best(), a, b))
+    on_pool(|| matmul_with(Isa::best(), a, b, None))
 }
 
-pub(crate) fn matmul_with(isa: Isa, a: View, b: View) -> Vec<f32> {
+/// `A B + bias` (`bias`: `[N]`, added to every row) as a row-major `[M, N]` buffer: a dense
+/// layer, its bias added as each product is stored rather than in a pass of its own.
+pub fn matmul_bias(a: View, b: View, bias: &[f32]) -> Vec<f32> {
+    assert_eq!(bias.len(), b.cols, "one bias per column");
+    on_pool(|| matmul_with(Isa::best(), a, b, Some(bias)))
+}
+
+pub(crate) fn matmul_with(isa: Isa, a: View, b: View, bias: Option<&[f32]>) -> Vec<f32> {
     assert_eq!(a.cols, b.rows, "inner dimensions");
     let (m, k, n) = (a.rows, a.cols, b.cols);
     let mut c = vec![0.0; m * n];
-    if m == 0 || n == 0 || k == 0 {
+    if m == 0 || n == 0 {
+        return c;
+    }
+    if k == 0 {
+        if let Some(bias) = bias {
+            c.chunks_exact_mut(n).for_each(|row| row.copy_from_slice(bias));
+        }
         return c;
     }
     let panels = pack_panels(b); // [N/16, K] lanes
@@ -60,12 +73,12 @@ pub(crate) fn matmul_with(isa: Isa, a: View, b: View) -> Vec<f32> {
         let first = block * block_rows * a.row_stride;
         let a = Rows { data: &a.data[first..], rows: c.len() / n, stride: a.row_stride, depth_stride: a.col_stride };
         match isa {
-            Isa::Baseline => block_product::<Portable, 2>(a, &panels, k, n, c),
+            Isa::Baseline => block_product::<Portable, 2>(a, &panels, bias, k, n, c),
             // SAFETY: an `Isa` other than `Baseline` comes from `Isa::available`.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2Fma => unsafe { simd::block_product_avx2(a, &panels, k, n, c) },
+            Isa::Avx2Fma => unsafe { simd::block_product_avx2(a, &panels, bias, k, n, c) },
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => unsafe { simd::block_product_avx512(a, &panels, k, n, c) },
+            Isa::Avx512 => unsafe { simd::block_product_avx512(a, &panels, bias, k, n, c) },
         }
     });
     c
@@ -77,13 +90,13 @@ mod simd {
     use crate::fused::tile::{Avx2, Avx512};
 
     #[target_feature(enable = "avx512f,avx2,fma")]
-    pub unsafe fn block_product_avx512(a: Rows, panels: &[Lanes], k: usize, n: usize, c: &mut [f32]) {
-        block_product::<Avx512, 8>(a, panels, k, n, c)
+    pub unsafe fn block_product_avx512(a: Rows, panels: &[Lanes], bias: Option<&[f32]>, k: usize, n: usize, c: &mut [f32]) {
+        block_product::<Avx512, 8>(a, panels, bias, k, n, c)
     }
 
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn block_product_avx2(a: Rows, panels: &[Lanes], k: usize, n: usize, c: &mut [f32]) {
-        block_product::<Avx2, 4>(a, panels, k, n, c)
+    pub unsafe fn block_product_avx2(a: Rows, panels: &[Lanes], bias: Option<&[f32]>, k: usize, n: usize, c: &mut [f32]) {
+        block_product::<Avx2, 4>(a, panels, bias, k, n, c)
     }
 }
 
@@ -123,24 +136,26 @@ struct Rows<'a> {
     depth_stride: usize,
 }
 
-/// One block of `C`'s rows: `c [rows, N] = a [rows, K] · B`, `DEPTH` of `K` at a time so that
-/// each panel's slice (`DEPTH x 16` floats) stays in L1 while the block's rows pass.
+/// One block of `C`'s rows: `c [rows, N] = a [rows, K] · B (+ bias)`, `DEPTH` of `K` at a time
+/// so that each panel's slice (`DEPTH x 16` floats) stays in L1 while the block's rows pass.
 #[inline(always)]
-fn block_product<V: Vector, const NR: usize>(a: Rows, panels: &[Lanes], k: usize, n: usize, c: &mut [f32]) {
+fn block_product<V: Vector, const NR: usize>(a: Rows, panels: &[Lanes], bias: Option<&[f32]>, k: usize, n: usize, c: &mut [f32]) {
     let full = a.rows / NR * NR;
     let mut out = [[0.0; LANES]; NR];
     for first_k in (0..k).step_by(DEPTH) {
         let depth = DEPTH.min(k - first_k);
         let rows_from = |start: usize| &a.data[start * a.stride + first_k * a.depth_stride..];
-        // The first slice of K writes C, the others add to it.
-        let write = |c: &mut [f32], sums: &Lanes| match first_k {
-            0 => c.copy_from_slice(&sums[..c.len()]),
-            _ => c.iter_mut().zip(sums).for_each(|(c, s)| *c += s),
-        };
         for (panel, columns) in panels.chunks_exact(k).enumerate() {
             let columns = &columns[first_k..][..depth];
             let first = panel * LANES;
             let width = LANES.min(n - first);
+            // The first slice of K writes C (with the bias), the others add to it.
+            let bias = bias.filter(|_| first_k == 0).map(|bias| &bias[first..][..width]);
+            let write = |c: &mut [f32], sums: &Lanes| match (first_k, bias) {
+                (0, None) => c.copy_from_slice(&sums[..c.len()]),
+                (0, Some(bias)) => c.iter_mut().zip(sums).zip(bias).for_each(|((c, s), b)| *c = s + b),
+                _ => c.iter_mut().zip(sums).for_each(|(c, s)| *c += s),
+            };
             for start in (0..full).step_by(NR) {
                 lane_dots::<V, NR>(columns, rows_from(start), a.stride, a.depth_stride, &mut out);
                 for (r, sums) in out.iter().enumerate() {
@@ -160,11 +175,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn products_of_every_layout_match_the_definition_on_every_instruction_set() {
-        for (m, k, n) in [(1, 1, 1), (7, 5, 3), (70, 33, 40), (130, 17, 16), (9, 64, 100), (20, 600, 24)] {
+    fn products_of_every_layout_with_and_without_bias_match_the_definition_on_every_instruction_set() {
+        for (m, k, n) in [(1, 1, 1), (7, 5, 3), (70, 33, 40), (130, 17, 16), (9, 64, 100), (20, 600, 24), (3, 0, 5)] {
             let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
             let b: Vec<f32> = (0..k * n).map(|i| ((i * 5) % 13) as f32 * 0.25 - 1.5).collect();
             let want: Vec<f32> = (0..m * n).map(|i| (0..k).map(|j| a[i / n * k + j] * b[j * n + i % n]).sum()).collect();
+            let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.5 - 3.0).collect();
             let (at, bt) = (transpose(&a, m, k), transpose(&b, k, n));
             for isa in Isa::available() {
                 let layouts = [
@@ -173,9 +189,12 @@ mod tests {
                     (View::new(&a, m, k), View::new(&bt, n, k).t()),
                 ];
                 for (x, y) in layouts {
-                    let got = matmul_with(isa, x, y);
+                    let got = matmul_with(isa, x, y, None);
                     let error = got.iter().zip(&want).map(|(g, w)| (g - w).abs()).fold(0.0, f32::max);
                     assert!(error < 1e-3, "{isa:?} {m}x{k}x{n}: error {error}");
+                    let got = matmul_with(isa, x, y, Some(&bias));
+                    let error = got.iter().zip(&want).enumerate().map(|(i, (g, w))| (g - w - bias[i % n]).abs()).fold(0.0, f32::max);
+                    assert!(error < 1e-3, "{isa:?} {m}x{k}x{n} with a bias: error {error}");
                 }
             }
         }

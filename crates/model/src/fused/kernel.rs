@@ -234,14 +234,14 @@ pub struct Gradients {
 /// `softmax(scale · q kᵀ, mask) v` per (batch, head) pair. `query`: `[B, T, h, dk]`, `key`:
 /// `[B, S, h, dk]`, `value`: `[B, S, h, dv]`. Returns the output `[B, T, h, dv]` and what the
 /// backward pass needs.
-pub fn forward(query: Vec<f32>, key: Vec<f32>, value: Vec<f32>, dims: Dims, scale: f32, mask: Mask) -> (Vec<f32>, Forward) {
+pub fn forward(query: &[f32], key: &[f32], value: &[f32], dims: Dims, scale: f32, mask: Mask) -> (Vec<f32>, Forward) {
     let (output, saved, _) = on_pool(|| forward_with(Isa::best(), query, key, value, dims, scale, mask, false));
     (output, saved)
 }
 
 /// [`forward`] that also returns the probabilities `[B, h, T, S]` (before dropout): each tile
 /// walks its keys a second time with its final `m_t` and `1 / l_t` and writes `p` row by row.
-pub fn forward_with_probs(query: Vec<f32>, key: Vec<f32>, value: Vec<f32>, dims: Dims, scale: f32, mask: Mask) -> (Vec<f32>, Vec<f32>) {
+pub fn forward_with_probs(query: &[f32], key: &[f32], value: &[f32], dims: Dims, scale: f32, mask: Mask) -> (Vec<f32>, Vec<f32>) {
     let (output, _, probs) = on_pool(|| forward_with(Isa::best(), query, key, value, dims, scale, mask, true));
     (output, probs.expect("asked for"))
 }
@@ -257,9 +257,9 @@ pub(crate) fn on_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 #[allow(clippy::too_many_arguments)]
 fn forward_with(
     isa: Isa,
-    query: Vec<f32>,
-    key: Vec<f32>,
-    value: Vec<f32>,
+    query: &[f32],
+    key: &[f32],
+    value: &[f32],
     dims: Dims,
     scale: f32,
     mask: Mask,
@@ -274,14 +274,11 @@ fn forward_with(
     let (padded_t, padded_s) = (dims.padded_query_len(), dims.padded_source_len());
 
     let mut query_t = vec![[0.0; LANES]; pairs * row_blocks * wk];
-    pack_lanes(&query, dims, query_len, key_dim, wk, &mut query_t, scale);
-    drop(query);
+    pack_lanes(query, dims, query_len, key_dim, wk, &mut query_t, scale);
     let mut key_rows = vec![0.0; pairs * padded_s * wk];
-    pack_rows(&key, dims, source_len, key_dim, padded_s, wk, &mut key_rows);
-    drop(key);
+    pack_rows(key, dims, source_len, key_dim, padded_s, wk, &mut key_rows);
     let mut value_rows = vec![0.0; pairs * padded_s * wv];
-    pack_rows(&value, dims, source_len, value_dim, padded_s, wv, &mut value_rows);
-    drop(value);
+    pack_rows(value, dims, source_len, value_dim, padded_s, wv, &mut value_rows);
 
     let mut output = vec![0.0; pairs * padded_t * wv];
     let mut row_max = vec![0.0; pairs * padded_t];
@@ -1097,7 +1094,7 @@ mod tests {
         for &isa in isas {
             let (q, k, v) = (last(&q, query_len, key_dim), last(&k, source_len, key_dim), last(&v, source_len, value_dim));
             let mask = rule.mask(dims, rows).with_bias(bias.clone(), dims);
-            let (output, saved, got_probs) = forward_with(isa, q, k, v, dims, scale, mask, true);
+            let (output, saved, got_probs) = forward_with(isa, &q, &k, &v, dims, scale, mask, true);
             let error = scaled_error(&output, &out);
             assert!(error < 4e-6, "{isa:?} {rule:?} {rows:?}: output at {dims:?}: error {error}");
             let error = scaled_error(&got_probs.expect("asked for"), &probs);
@@ -1168,7 +1165,7 @@ mod tests {
             let q = vec![1.0; batch * 2 * query_len * 4];
             let k = vec![1.0; batch * 2 * source_len * 4];
             let v = vec![1.0; batch * 2 * source_len * 3];
-            let (output, saved) = forward(q.clone(), k.clone(), v.clone(), dims, 0.5, Mask::new(true, FullyMaskedRows::Zero));
+            let (output, saved) = forward(&q, &k, &v, dims, 0.5, Mask::new(true, FullyMaskedRows::Zero));
             assert_eq!(output, vec![0.0; batch * 2 * query_len * 3], "{dims:?}");
             let grads = backward(&saved, &output);
             assert_eq!((grads.query.len(), grads.key.len(), grads.value.len()), (q.len(), k.len(), v.len()));

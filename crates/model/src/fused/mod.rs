@@ -9,11 +9,13 @@
 //! * [`op`]: the kernel as a Burn backend operation with its own backward pass;
 //! * [`exp`]: the vectorisable `exp` the kernel uses;
 //! * [`gemm`] and [`linear`]: the dense layers' product on the same tiles, as a backend operation.
+//! * [`host`]: the CPU backends' tensors as float32 slices, read in place on flex.
 
 pub mod bias;
 pub mod dropout;
 pub mod exp;
 pub mod gemm;
+pub mod host;
 pub mod kernel;
 pub mod linear;
 pub mod mask;

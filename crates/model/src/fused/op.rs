@@ -19,6 +19,7 @@ use burn::tensor::{Bool, BoolStore, DType, Tensor, TensorData};
 
 use super::bias::FloatBias;
 use super::dropout::KeepMask;
+use super::host::HostBackend;
 use super::kernel::{self, Dims};
 use super::mask::{BoolMask, Mask};
 use crate::attention::FullyMaskedRows;
@@ -40,27 +41,28 @@ pub struct FusedCall {
     pub bias: Option<FloatBias>,
 }
 
-/// `softmax(scale · q kᵀ, mask) v` as one backend operation. The default body runs the kernel on
-/// the backend's host-memory tensors (flex, ndarray); `Autodiff<B, C>` adds the backward step.
+/// `softmax(scale · q kᵀ, mask) v` as one backend operation: the kernel on the backend's
+/// host-memory tensors (flex, ndarray); `Autodiff<B, C>` adds the backward step.
 #[backend_extension(Flex, NdArray, Autodiff)]
 pub trait FusedAttentionBackend: Backend {
     /// `query`: `[B, T, h, dk]`, `key`: `[B, S, h, dk]`, `value`: `[B, S, h, dv]` (heads last, the
     /// projections' layout); returns `[B, T, h, dv]`.
-    fn fused_attention(
-        query: FloatTensor<Self>,
-        key: FloatTensor<Self>,
-        value: FloatTensor<Self>,
-        call: FusedCall,
-    ) -> FloatTensor<Self> {
+    fn fused_attention(query: FloatTensor<Self>, key: FloatTensor<Self>, value: FloatTensor<Self>, call: FusedCall) -> FloatTensor<Self>;
+}
+
+impl FusedAttentionBackend for Flex {
+    fn fused_attention(query: FloatTensor<Self>, key: FloatTensor<Self>, value: FloatTensor<Self>, call: FusedCall) -> FloatTensor<Self> {
         host_forward::<Self>(query, key, value, call).0
     }
 }
 
-impl FusedAttentionBackend for Flex {}
+impl FusedAttentionBackend for NdArray {
+    fn fused_attention(query: FloatTensor<Self>, key: FloatTensor<Self>, value: FloatTensor<Self>, call: FusedCall) -> FloatTensor<Self> {
+        host_forward::<Self>(query, key, value, call).0
+    }
+}
 
-impl FusedAttentionBackend for NdArray {}
-
-impl<B: Backend, C: CheckpointStrategy> FusedAttentionBackend for Autodiff<B, C> {
+impl<B: HostBackend, C: CheckpointStrategy> FusedAttentionBackend for Autodiff<B, C> {
     fn fused_attention(query: FloatTensor<Self>, key: FloatTensor<Self>, value: FloatTensor<Self>, call: FusedCall) -> FloatTensor<Self> {
         let nodes = [query.node(), key.node(), value.node()];
         let (query, key, value) = (query.into_primitive(), key.into_primitive(), value.into_primitive());
@@ -78,18 +80,17 @@ impl<B: Backend, C: CheckpointStrategy> FusedAttentionBackend for Autodiff<B, C>
 #[derive(Debug)]
 struct FusedAttentionBackward;
 
-impl<B: Backend> Backward<B, 3> for FusedAttentionBackward {
+impl<B: HostBackend> Backward<B, 3> for FusedAttentionBackward {
     type State = Arc<kernel::Forward>;
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
         let output_grad = grads.consume::<B>(&ops.node); // [B, T, h, dv]
         let (device, dtype) = (output_grad.device(), output_grad.dtype());
-        let (output_grad, _) = to_host::<B>(output_grad);
+        let output_grad = B::host_values(output_grad);
         let kernel::Gradients { query, key, value } = kernel::backward(&ops.state, &output_grad);
         for ((node, grad), shape) in ops.parents.into_iter().zip([query, key, value]).zip(ops.state.dims.shapes()) {
             if let Some(node) = node {
-                let grad = TensorData::new(grad, shape).convert_dtype(dtype);
-                grads.register::<B>(node.id, B::float_from_data(grad, &device));
+                grads.register::<B>(node.id, B::from_host(grad, &shape, dtype, &device));
             }
         }
     }
@@ -97,22 +98,23 @@ impl<B: Backend> Backward<B, 3> for FusedAttentionBackward {
 
 /// Runs the kernel's forward pass on `B`'s tensors; returns the output `[B, T, h, dv]` and what
 /// the backward pass needs.
-fn host_forward<B: Backend>(
+fn host_forward<B: HostBackend>(
     query: FloatTensor<B>, // [B, T, h, dk]
     key: FloatTensor<B>,   // [B, S, h, dk]
     value: FloatTensor<B>, // [B, S, h, dv]
     call: FusedCall,
 ) -> (FloatTensor<B>, kernel::Forward) {
     let (device, dtype) = (query.device(), query.dtype());
-    let (query, query_shape) = to_host::<B>(query);
-    let (key, _) = to_host::<B>(key);
-    let (value, value_shape) = to_host::<B>(value);
-    let dims = Dims::of(query_shape, value_shape);
+    let [query, key, value] = [query, key, value].map(B::host_values);
+    let dims = Dims::of(rank4(&query.shape), rank4(&value.shape));
     let (scale, mask) = call.rule(dims);
-    let (output, saved) = kernel::forward(query, key, value, dims, scale, mask);
+    let (output, saved) = kernel::forward(&query, &key, &value, dims, scale, mask);
     // The kernel computes in float32; the output keeps the input's precision.
-    let output = TensorData::new(output, dims.output_shape()).convert_dtype(dtype);
-    (B::float_from_data(output, &device), saved)
+    (B::from_host(output, &dims.output_shape(), dtype, &device), saved)
+}
+
+fn rank4(shape: &[usize]) -> [usize; 4] {
+    shape.try_into().expect("a rank-4 tensor")
 }
 
 impl FusedCall {
@@ -121,21 +123,6 @@ impl FusedCall {
         let mask = Mask::with_mask(self.causal, self.rows, self.allowed, dims).with_dropout(self.dropout).with_bias(self.bias, dims);
         (self.scale, mask)
     }
-}
-
-/// A rank-4 float tensor of a host-memory backend as float32 values (the kernel's precision)
-/// and its shape.
-fn to_host<B: Backend>(tensor: FloatTensor<B>) -> (Vec<f32>, [usize; 4]) {
-    let (values, shape) = host_values::<B>(tensor);
-    (values, shape.try_into().expect("a rank-4 tensor"))
-}
-
-/// A float tensor of a host-memory backend as float32 values and its shape.
-pub(super) fn host_values<B: Backend>(tensor: FloatTensor<B>) -> (Vec<f32>, Vec<usize>) {
-    let shape = tensor.shape().to_vec();
-    let data = pollster::block_on(B::float_into_data(tensor)).expect("a host-memory tensor can always be read");
-    let values = data.convert::<f32>().try_into_vec::<f32>().expect("converted to float32");
-    (values, shape)
 }
 
 /// Whether [`fused_attention`] runs on `device`: the host-memory CPU backends (flex, ndarray).
@@ -165,7 +152,7 @@ pub fn fused_attention_with_probs(query: Tensor<4>, key: Tensor<4>, value: Tenso
     let dims = Dims::of(query.dims(), value.dims());
     let host = |x: Tensor<4>| x.into_data().convert::<f32>().try_into_vec::<f32>().expect("converted to float32");
     let (scale, mask) = call.rule(dims);
-    let (output, probs) = kernel::forward_with_probs(host(query), host(key), host(value), dims, scale, mask);
+    let (output, probs) = kernel::forward_with_probs(&host(query), &host(key), &host(value), dims, scale, mask);
     let tensor = |values: Vec<f32>, shape: [usize; 4]| Tensor::<4>::from_data(TensorData::new(values, shape).convert_dtype(dtype), &device);
     let Dims { batch, heads, query_len, source_len, .. } = dims;
     (tensor(output, dims.output_shape()), tensor(probs, [batch, heads, query_len, source_len])) // [B, T, h, dv], [B, h, T, S]

@@ -1,0 +1,102 @@
+//! The CPU backends' float tensors as float32 slices in host memory, for the kernel and the GEMM.
+//!
+//! burn's `into_data` copies a tensor that is shared (a layer's weight, an input that is also
+//! returned, a projection read by three others) twice: once out of the shared buffer, once more
+//! to realign it. At the projected model's 8,512,256,8x32 row those copies and their page faults
+//! were an eighth of the forward pass. On flex a contiguous float32 tensor is read in place: the
+//! slice borrows the tensor's reference-counted buffer, which the backward pass may keep too.
+
+#![allow(deprecated)] // NdArray: deprecated in burn 0.22, still one of this project's backends.
+
+use std::ops::Deref;
+
+use burn::backend::flex::FlexTensor;
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Backend, Flex, NdArray, TensorMetadata};
+use burn::tensor::{DType, TensorData};
+
+/// A float tensor's values as float32, row-major, and its shape.
+#[derive(Debug, Clone)]
+pub struct HostValues {
+    values: Values,
+    pub shape: Vec<usize>,
+}
+
+#[derive(Debug, Clone)]
+enum Values {
+    Owned(Vec<f32>),
+    /// A contiguous float32 flex tensor, read in place.
+    Flex(FlexTensor),
+}
+
+impl Deref for HostValues {
+    type Target = [f32];
+
+    fn deref(&self) -> &[f32] {
+        match &self.values {
+            Values::Owned(values) => values,
+            Values::Flex(tensor) => tensor.as_slice::<f32>().expect("checked contiguous float32 when built"),
+        }
+    }
+}
+
+impl HostValues {
+    /// Values the caller computed, `shape` row-major.
+    pub fn owned(values: Vec<f32>, shape: Vec<usize>) -> Self {
+        Self { values: Values::Owned(values), shape }
+    }
+
+    /// A copy through `TensorData`, converted to float32.
+    fn from_data(data: TensorData) -> Self {
+        let shape = data.shape().to_vec();
+        let values = data.convert::<f32>().try_into_vec::<f32>().expect("converted to float32");
+        Self::owned(values, shape)
+    }
+}
+
+/// A backend whose tensors live in host memory: its float tensors read as float32 slices and
+/// float32 values made into its tensors, each without a copy where the backend allows.
+pub trait HostBackend: Backend {
+    /// `tensor`'s values as float32 (a copy unless the backend can lend its buffer).
+    fn host_values(tensor: FloatTensor<Self>) -> HostValues {
+        HostValues::from_data(pollster::block_on(Self::float_into_data(tensor)).expect("a host-memory tensor can always be read"))
+    }
+
+    /// A tensor of `values` (row-major `shape`) in `dtype` on `device`; float32 moves the buffer.
+    fn from_host(values: Vec<f32>, shape: &[usize], dtype: DType, device: &Self::Device) -> FloatTensor<Self> {
+        Self::float_from_data(TensorData::new(values, shape.to_vec()).convert_dtype(dtype), device)
+    }
+}
+
+impl HostBackend for Flex {
+    fn host_values(tensor: FloatTensor<Self>) -> HostValues {
+        match tensor.dtype() == DType::F32 && tensor.as_slice::<f32>().is_some() {
+            true => HostValues { shape: tensor.shape().to_vec(), values: Values::Flex(tensor) },
+            false => HostValues::from_data(tensor.into_data()),
+        }
+    }
+}
+
+impl HostBackend for NdArray {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::backend::flex::FlexDevice;
+
+    #[test]
+    fn flex_tensors_read_in_place_when_contiguous_and_copied_otherwise() {
+        let values: Vec<f32> = (0..24).map(|i| i as f32).collect();
+        let tensor = Flex::from_host(values.clone(), &[2, 3, 4], DType::F32, &FlexDevice);
+        let shared = Flex::host_values(tensor.clone());
+        assert!(matches!(shared.values, Values::Flex(_)));
+        assert_eq!((&shared[..], shared.shape.as_slice()), (values.as_slice(), [2, 3, 4].as_slice()));
+
+        // A transposed view is not contiguous: its values come out copied, in the view's order.
+        let transposed = Flex::host_values(tensor.transpose(0, 2)); // [4, 3, 2]
+        assert!(matches!(transposed.values, Values::Owned(_)));
+        assert_eq!(transposed.shape, [4, 3, 2]);
+        assert_eq!(transposed[1], values[12]);
+        assert_eq!(transposed[2], values[4]);
+    }
+}
