@@ -120,6 +120,16 @@ mod simd {
                 pub unsafe fn query_tile(job: QueryTile, scratch: &mut Scratch) {
                     super::super::query_tile::<$vector, $nr>(job, scratch)
                 }
+
+                #[target_feature(enable = $features)]
+                pub unsafe fn lane_block(x: &[f32], stride: usize, rows: usize, scale: f32, out: &mut [Lanes]) {
+                    super::super::lane_block::<$vector, $nr>(x, stride, rows, scale, out)
+                }
+
+                #[target_feature(enable = $features)]
+                pub unsafe fn row_block(tile: &[Lanes], rows: &mut [f32]) {
+                    super::super::row_block::<$vector, $nr>(tile, rows)
+                }
             }
         };
     }
@@ -274,7 +284,7 @@ fn forward_with(
     let (padded_t, padded_s) = (dims.padded_query_len(), dims.padded_source_len());
 
     let mut query_t = vec![[0.0; LANES]; pairs * row_blocks * wk];
-    pack_lanes(query, dims, query_len, key_dim, wk, &mut query_t, scale);
+    pack_lanes(isa, query, dims, query_len, key_dim, wk, &mut query_t, scale);
     let mut key_rows = vec![0.0; pairs * padded_s * wk];
     pack_rows(key, dims, source_len, key_dim, padded_s, wk, &mut key_rows);
     let mut value_rows = vec![0.0; pairs * padded_s * wv];
@@ -350,11 +360,11 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool)
         let mut grad_rows = vec![0.0; pairs * padded_t * wv]; // [pairs, T', Wv]
         pack_rows(output_grad, dims, query_len, value_dim, padded_t, wv, &mut grad_rows);
         let mut query_rows = vec![0.0; pairs * padded_t * wk]; // [pairs, T', Wk]
-        rows_from_lanes(&saved.query_t, wk, &mut query_rows);
+        rows_from_lanes(isa, &saved.query_t, wk, &mut query_rows);
         let mut key_t = vec![[0.0; LANES]; pairs * key_blocks * wk]; // [pairs, Sb, Wk] lanes
-        lanes_from_rows(&saved.key_rows, wk, &mut key_t);
+        lanes_from_rows(isa, &saved.key_rows, wk, &mut key_t);
         let mut value_t = vec![[0.0; LANES]; pairs * key_blocks * wv]; // [pairs, Sb, Wv] lanes
-        lanes_from_rows(&saved.value_rows, wv, &mut value_t);
+        lanes_from_rows(isa, &saved.value_rows, wv, &mut value_t);
         let row_dot: Vec<f32> = grad_rows // [pairs, T']: D_t = dO_t · o_t
             .par_chunks(wv)
             .zip(saved.output.par_chunks(wv))
@@ -394,7 +404,7 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool)
                         query_grad.iter_mut().for_each(|dq| *dq = lanes(|i| dq[i] * saved.scale));
                     },
                 );
-            rows_from_lanes(&query_grad_t, wk, &mut query_grad);
+            rows_from_lanes(isa, &query_grad_t, wk, &mut query_grad);
         } else {
             key_grad
                 .par_chunks_mut(LANES * key_dim)
@@ -410,7 +420,7 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool)
                 );
             // dq by a pass of its own, 16 query rows at a time.
             let mut grad_t = vec![[0.0; LANES]; pairs * row_blocks * wv]; // [pairs, Tb, Wv] lanes
-            lanes_from_rows(&grad_rows, wv, &mut grad_t);
+            lanes_from_rows(isa, &grad_rows, wv, &mut grad_t);
             query_grad.par_chunks_mut(LANES * wk).enumerate().with_min_len(4).for_each_init(
                 || Scratch::new(dims),
                 |scratch, (tile, query_grad)| {
@@ -875,42 +885,67 @@ fn pack_rows(x: &[f32], dims: Dims, len: usize, width: usize, padded_len: usize,
 }
 
 /// `[B, len, h, w] -> [pairs, len'/16, W]` lanes (16 rows to a vector), times `scale`.
-fn pack_lanes(x: &[f32], dims: Dims, len: usize, width: usize, padded_width: usize, out: &mut [Lanes], scale: f32) {
+#[allow(clippy::too_many_arguments)]
+fn pack_lanes(isa: Isa, x: &[f32], dims: Dims, len: usize, width: usize, padded_width: usize, out: &mut [Lanes], scale: f32) {
     if len == 0 || width == 0 {
         return;
     }
-    let blocks = len.div_ceil(LANES);
+    let (blocks, stride) = (len.div_ceil(LANES), dims.heads * width);
     out.par_chunks_mut(blocks * padded_width).enumerate().for_each(|(pair, out)| {
-        for (t, row) in pair_rows(x, dims, pair, len, width).enumerate() {
-            let tile = &mut out[t / LANES * padded_width..][..width];
-            for (d, &v) in row.iter().enumerate() {
-                tile[d][t % LANES] = v * scale;
-            }
+        let (batch, head) = (pair / dims.heads, pair % dims.heads);
+        let first = (batch * len * dims.heads + head) * width;
+        for (block, out) in out.chunks_exact_mut(padded_width).enumerate() {
+            let rows = LANES.min(len - block * LANES);
+            dispatch!(isa, lane_block(&x[first + block * LANES * stride..], stride, rows, scale, &mut out[..width]));
         }
     });
 }
 
 /// `[pairs, len', W]` rows -> `[pairs, len'/16, W]` lanes.
-fn lanes_from_rows(rows: &[f32], width: usize, out: &mut [Lanes]) {
+fn lanes_from_rows(isa: Isa, rows: &[f32], width: usize, out: &mut [Lanes]) {
     out.par_chunks_mut(width).enumerate().for_each(|(tile, out)| {
-        let rows = &rows[tile * LANES * width..][..LANES * width];
-        for (i, row) in rows.chunks_exact(width).enumerate() {
-            for (d, &v) in row.iter().enumerate() {
-                out[d][i] = v;
-            }
-        }
+        dispatch!(isa, lane_block(&rows[tile * LANES * width..], width, LANES, 1.0, out));
     });
 }
 
 /// `[pairs, len'/16, W]` lanes -> `[pairs, len', W]` rows.
-fn rows_from_lanes(tiles: &[Lanes], width: usize, out: &mut [f32]) {
+fn rows_from_lanes(isa: Isa, tiles: &[Lanes], width: usize, out: &mut [f32]) {
     out.par_chunks_mut(LANES * width).zip(tiles.par_chunks(width)).for_each(|(rows, tile)| {
-        for (i, row) in rows.chunks_exact_mut(width).enumerate() {
-            for (d, x) in row.iter_mut().enumerate() {
-                *x = tile[d][i];
-            }
-        }
+        dispatch!(isa, row_block(tile, rows));
     });
+}
+
+/// `out[d][i] = scale · x[i * stride + d]` for the first `rows` (at most 16) rows and the
+/// `out.len()` features; lanes past `rows` are 0. 16 x 16 blocks through [`Vector::transpose`].
+#[inline(always)]
+fn lane_block<V: Vector, const NR: usize>(x: &[f32], stride: usize, rows: usize, scale: f32, out: &mut [Lanes]) {
+    let mut block = [[0.0; LANES]; LANES];
+    for first in (0..out.len()).step_by(LANES) {
+        let cols = LANES.min(out.len() - first);
+        for (i, lanes) in block.iter_mut().take(rows).enumerate() {
+            lanes[..cols].copy_from_slice(&x[i * stride + first..][..cols]);
+        }
+        let columns = V::transpose(&block);
+        for (out, column) in out[first..first + cols].iter_mut().zip(&columns) {
+            V::load(column).mul(V::splat(scale)).store(out);
+        }
+    }
+}
+
+/// `rows[i * W + d] = tile[d][i]` for 16 rows of `W = tile.len()` features: [`lane_block`]'s
+/// inverse.
+#[inline(always)]
+fn row_block<V: Vector, const NR: usize>(tile: &[Lanes], rows: &mut [f32]) {
+    let width = tile.len();
+    let mut block = [[0.0; LANES]; LANES];
+    for first in (0..width).step_by(LANES) {
+        let cols = LANES.min(width - first);
+        block[..cols].copy_from_slice(&tile[first..first + cols]);
+        let transposed = V::transpose(&block);
+        for (i, lanes) in transposed.iter().enumerate() {
+            rows[i * width + first..][..cols].copy_from_slice(&lanes[..cols]);
+        }
+    }
 }
 
 /// `[pairs, len', W] -> [B, len, h, width]`: real rows and features, heads last.
