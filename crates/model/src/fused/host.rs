@@ -41,16 +41,11 @@ impl Deref for HostValues {
 }
 
 impl HostValues {
-    /// Values the caller computed, `shape` row-major.
-    pub fn owned(values: Vec<f32>, shape: Vec<usize>) -> Self {
-        Self { values: Values::Owned(values), shape }
-    }
-
     /// A copy through `TensorData`, converted to float32.
     fn from_data(data: TensorData) -> Self {
         let shape = data.shape().to_vec();
         let values = data.convert::<f32>().try_into_vec::<f32>().expect("converted to float32");
-        Self::owned(values, shape)
+        Self { values: Values::Owned(values), shape }
     }
 }
 
