@@ -3,6 +3,7 @@
 
     python3 xtask/python/bench_reference.py --cases CASES.json [--threads 2] [--quick] [--json OUT]
                                             [--only torch|tensorflow] [--no-rss]
+    python3 xtask/python/bench_reference.py --serve [--threads 2] [--quick]
 
 CASES.json is a list of rows written by `cargo xtask bench`, each
 `{"shape": {"batch", "seq_len", "features", "heads", "key_dim"}, "mask": "none|causal|padding",
@@ -36,6 +37,10 @@ budget per row (as on our side), so large rows do not take minutes. Peak memory:
 a fresh child process (importing torch only) builds the row's torch model, takes 3 training steps
 and reports its own VmHWM.
 
+`cargo xtask bench` runs this script with --serve and measures each row in rounds, alternating
+ours and these on the same cores (see `serve`): this machine's speed drifts by up to 2x over
+minutes, and a reference measured minutes away from ours would carry that drift into the ratio.
+
 Timings are only meaningful on otherwise idle cores: with 2 threads on 2 busy cores torch's
 OpenMP threads were measured up to 20x slower. The load averages are stored in the JSON.
 """
@@ -61,6 +66,8 @@ def parse_args(argv=None):
     p.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT")
     p.add_argument("--only", choices=["torch", "tensorflow"], help="benchmark one framework only")
     p.add_argument("--no-rss", action="store_true", help="skip the peak-memory child processes")
+    p.add_argument("--serve", action="store_true",
+                   help="answer measurement requests, one JSON line each, on stdin/stdout (cargo xtask bench)")
     # Internal: run as the peak-memory child for one row, print {"peak_rss_mb": ...} and exit.
     p.add_argument("--rss-child", metavar="CASE_JSON", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -289,20 +296,19 @@ def keras_steps(tf, keras, case, x, y):
 # ----------------------------------------------------------------------------------------------------
 
 
-def time_it(fn, quick):
-    warmup, reps, budget = repetitions(quick)
+def time_into(fn, times, warmup, reps, minimum, budget):
+    """Times `fn` as `Reps::time_into` does in Rust, appending each timed call's milliseconds."""
     start = time.perf_counter()
     for _ in range(warmup):
         fn()
         if time.perf_counter() - start > budget / 2:
             break
-    times = []
+    first = len(times)
     start = time.perf_counter()
-    while len(times) < reps and (len(times) < 3 or time.perf_counter() - start < budget):
+    while len(times) - first < reps and (len(times) - first < minimum or time.perf_counter() - start < budget):
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
-    return times
 
 
 def summarise(case, framework, model, phase, times):
@@ -319,31 +325,98 @@ def summarise(case, framework, model, phase, times):
     }
 
 
-def bench_torch(torch, case, quick, results):
-    x_np, y_np = data(case["shape"])
-    x, y = torch.from_numpy(x_np), torch.from_numpy(y_np)
-    for name, model in torch_models(torch, case).items():
-        forward, train_step = torch_steps(torch, model, x, y)
-        for phase, fn in (("forward", forward), ("train_step", train_step)):
-            results.append(summarise(case, "torch", name, phase, time_it(fn, quick)))
-            print_row(results[-1])
+class Reference:
+    """The reference models of the row being measured, and every sample taken so far.
 
+    A row may be measured in several rounds (`measure` called again with the same row and phase):
+    `cargo xtask bench` alternates rounds of ours and of these, so that a change in the machine's
+    speed during the run reaches both sides of a ratio alike. The samples of all rounds make one
+    result.
+    """
 
-def bench_tensorflow(tf, keras, case, quick, results):
-    if case["model"] != "keras":
-        return
-    x, y = data(case["shape"])
-    forward, train_step = keras_steps(tf, keras, case, x, y)
-    forward()  # trace outside the timing
-    train_step()
-    for phase, fn in (("forward", forward), ("train_step", train_step)):
-        results.append(summarise(case, "tensorflow", "keras_mha", phase, time_it(fn, quick)))
-        print_row(results[-1])
+    def __init__(self, torch, tf, keras, threads):
+        self.torch, self.tf, self.keras, self.threads = torch, tf, keras, threads
+        self.row_key, self.calls = None, {}  # the row whose models are built: name -> (framework, model, {phase: fn})
+        self.samples = {}  # (row key, framework, model, phase) -> [ms]
+        self.cases = {}  # row key -> case
+        self.peak, self.errors = [], []
+
+    def _build(self, case):
+        key = json.dumps(case, sort_keys=True)
+        if key == self.row_key:
+            return key
+        self.row_key, self.calls = None, {}  # drop the last row's models before building these
+        self.cases[key] = case
+        if self.torch is not None:
+            x_np, y_np = data(case["shape"])
+            x, y = self.torch.from_numpy(x_np), self.torch.from_numpy(y_np)
+            for name, model in torch_models(self.torch, case).items():
+                forward, train_step = torch_steps(self.torch, model, x, y)
+                self.calls[name] = ("torch", name, {"forward": forward, "train_step": train_step})
+        if self.tf is not None and case["model"] == "keras":
+            try:
+                x, y = data(case["shape"])
+                forward, train_step = keras_steps(self.tf, self.keras, case, x, y)
+                forward()  # trace outside the timing
+                train_step()
+                self.calls["keras_mha"] = ("tensorflow", "keras_mha", {"forward": forward, "train_step": train_step})
+            except Exception as e:  # noqa: BLE001 - report and go on with the other rows
+                self.errors.append(f"tensorflow {case_name(case)}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+        self.row_key = key
+        return key
+
+    def measure(self, case, phase, warmup, reps, minimum, budget):
+        """One round of `phase` of every reference model of `case`; returns this round's times by name."""
+        key = self._build(case)
+        rounds = {}
+        for name, (framework, model, fns) in list(self.calls.items()):
+            times = self.samples.setdefault((key, framework, model, phase), [])
+            first = len(times)
+            try:
+                time_into(fns[phase], times, warmup, reps, minimum, budget)
+            except Exception as e:  # noqa: BLE001 - report, drop the model, go on with the others
+                self.errors.append(f"{framework} {case_name(case)} {phase}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+                del self.calls[name]
+                continue
+            rounds[f"{framework}/{model}"] = times[first:]
+        return rounds
+
+    def memory(self, case):
+        self.peak.append({"case": case, "framework": "torch", "peak_rss_mb": measure_rss(case, self.threads, self.errors)})
+
+    def results(self):
+        return [summarise(self.cases[key], framework, model, phase, times)
+                for (key, framework, model, phase), times in self.samples.items() if times]
+
+    def report(self, quick, load_start):
+        tf, keras = self.tf, self.keras
+        return {
+            "python": platform.python_version(),
+            "torch": self.torch.__version__ if self.torch else None,
+            "tensorflow": tf.__version__ if tf else None,
+            "keras": keras.__version__ if keras else None,
+            "threads": self.threads,
+            "quick": quick,
+            "results": self.results(),
+            "peak_rss_mb": self.peak,
+            "errors": self.errors,
+            "loadavg_start": load_start,
+            "loadavg_end": list(os.getloadavg()),
+        }
 
 
 def print_row(r):
     print(f"  {case_name(r['case']):<34} {r['framework']:<10} {r['model']:<17} {r['phase']:<10} "
           f"{r['median_ms']:>10.2f} ms ({r['reps']} reps)", flush=True)
+
+
+def write_json(path, report):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -392,30 +465,62 @@ def default_cases():
     return [{"shape": shape, "mask": m, "model": model} for model in ("keras", "projected") for m in ("none", "causal", "padding")]
 
 
+def serve(reference, quick, load_start):
+    """Answers one JSON request per line of standard input with one JSON line on standard output:
+
+    * `{"op": "memory", "case": CASE}` -> `{"ok": true}`: the row's torch peak memory, in a child;
+    * `{"op": "measure", "case": CASE, "phase": "forward"|"train_step", "warmup": N, "reps": N,
+      "minimum": N, "budget_s": S}` -> `{"ok": true, "times": {"torch/NAME": [ms, ...], ...}}`:
+      one round of every reference model of the row;
+    * `{"op": "report"}` -> the report `--json` writes, every round of a row and phase in one
+      result; then the process exits.
+
+    Anything else the libraries print goes to standard error, so that standard output holds
+    only the answers.
+    """
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout = sys.stderr
+
+    def answer(value):
+        answers.write(json.dumps(value) + "\n")
+        answers.flush()
+
+    answer({"ok": True, "ready": True})
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+            op = request.get("op")
+            if op == "memory":
+                reference.memory(request["case"])
+                answer({"ok": True})
+            elif op == "measure":
+                times = reference.measure(request["case"], request["phase"], request["warmup"], request["reps"],
+                                          request["minimum"], request["budget_s"])
+                answer({"ok": True, "times": times})
+            elif op == "report":
+                answer(reference.report(quick, load_start))
+                return 0
+            else:
+                answer({"ok": False, "error": f"unknown op {op!r}"})
+        except Exception as e:  # noqa: BLE001 - the caller reports it
+            answer({"ok": False, "error": f"{type(e).__name__}: {e}"})
+    return 0
+
+
 def main(argv=None):
     args = parse_args(argv)
     set_thread_env(args.threads)
     if args.rss_child:
         rss_child(json.loads(args.rss_child), args.threads)
         return 0
-    if args.cases:
-        with open(args.cases) as f:
-            cases = json.load(f)
-    else:
-        cases = default_cases()
-    errors = []
     load_start = list(os.getloadavg())
     if load_start[0] > 0.5:
         print(f"warning: 1-minute load average is {load_start[0]:.2f} before the benchmark; torch's OpenMP "
-              "threads slow down by up to 20x when other processes compete for the cores", flush=True)
+              "threads slow down by up to 20x when other processes compete for the cores", file=sys.stderr, flush=True)
     frameworks = [args.only] if args.only else ["torch", "tensorflow"]
-
-    # Peak memory first, while this process is still small.
-    peak = []
-    if not args.no_rss and "torch" in frameworks:
-        for case in cases:
-            peak.append({"case": case, "framework": "torch", "peak_rss_mb": measure_rss(case, args.threads, errors)})
-
     # torch is always imported first (importing it after tensorflow aborts with an LLVM error here).
     torch = import_torch(args.threads)
     tf = keras = None
@@ -423,39 +528,26 @@ def main(argv=None):
         tf, keras = import_tensorflow(args.threads)
     print(f"python {platform.python_version()}, torch {torch.__version__}"
           + (f", tensorflow {tf.__version__}, keras {keras.__version__}" if tf else "")
-          + f"; {args.threads} threads; {len(cases)} rows", flush=True)
-    results = []
-    for case in cases:
-        if "torch" in frameworks:
-            bench_torch(torch, case, args.quick, results)
-        if tf is not None:
-            try:
-                bench_tensorflow(tf, keras, case, args.quick, results)
-            except Exception as e:  # noqa: BLE001 - report and go on with the other rows
-                errors.append(f"tensorflow {case_name(case)}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
-    for e in errors:
-        print(f"note: {e}")
+          + f"; {args.threads} threads", file=sys.stderr, flush=True)
+    reference = Reference(torch if "torch" in frameworks else None, tf, keras, args.threads)
+    if args.serve:
+        return serve(reference, args.quick, load_start)
 
-    report = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "tensorflow": tf.__version__ if tf else None,
-        "keras": keras.__version__ if keras else None,
-        "threads": args.threads,
-        "quick": args.quick,
-        "results": results,
-        "peak_rss_mb": peak,
-        "errors": errors,
-        "loadavg_start": load_start,
-        "loadavg_end": list(os.getloadavg()),
-    }
+    cases = default_cases()
+    if args.cases:
+        with open(args.cases) as f:
+            cases = json.load(f)
+    warmup, reps, budget = repetitions(args.quick)
+    for case in cases:
+        if not args.no_rss and reference.torch is not None:
+            reference.memory(case)
+        for phase in ("forward", "train_step"):
+            for name, times in reference.measure(case, phase, warmup, reps, 3, budget).items():
+                print_row(summarise(case, *name.split("/"), phase, times))
+    for e in reference.errors:
+        print(f"note: {e}")
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        tmp = args.json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(report, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, args.json)
+        write_json(args.json, reference.report(args.quick, load_start))
     return 0
 
 

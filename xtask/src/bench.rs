@@ -2,15 +2,20 @@
 //! and masks, beside PyTorch and TensorFlow measured in the same invocation, each row's distance
 //! from the cores' FMA peak, and a sequence-length scaling series with its plot.
 
-use std::path::{Path, PathBuf};
+mod reference;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
 use model::Backend;
 use serde_json::{Value, json};
 use train::bench::peak::{fma_peak_gflops, gemm_gflops, matmul_gflops, threads};
-use train::bench::{CallKind, Case, MaskKind, Reps, Shape, Timing, forward, parameters, peak_rss_mb, train_step};
+use train::bench::{Call, CallKind, Case, MaskKind, Reps, Shape, Timing, forward, parameters, peak_rss_mb, time_into, train_step};
 use train::models::ModelKind;
+
+use reference::Reference;
 
 /// The long help of `cargo xtask bench --help`.
 pub const LONG_ABOUT: &str = "\
@@ -23,10 +28,12 @@ sequence lengths) for the Keras-exact layer and torch's (boolean attn_mask, key_
 for the projected model. Then a scaling series: the Keras-exact layer at 8192 tokens per batch,
 T = 128 to 8192 (B = 8192 / T), D = 64, 4 heads of 16, time and peak memory.
 
-When a Python with torch and tensorflow is found (--python, $BENCH_PYTHON, or python3), it runs
-xtask/python/bench_reference.py on the same rows (torch scaled_dot_product_attention, torch
-nn.MultiheadAttention, the real keras.layers.MultiHeadAttention) with the same thread count, and
-prints ours / fastest reference (below 1 is faster). Every row also states its floor: its FLOPs
+When a Python with torch and tensorflow is found (--python, $BENCH_PYTHON, or python3), it keeps
+xtask/python/bench_reference.py running beside it and measures the same rows there (torch
+scaled_dot_product_attention, torch nn.MultiheadAttention, the real keras.layers.MultiHeadAttention)
+with the same thread count, in turns with ours: each row and phase in 3 rounds of ours and of the
+references, so that a drift of the machine's speed during the run reaches both sides. It prints
+ours / fastest reference (below 1 is faster). Every row also states its floor: its FLOPs
 over the cores' float32 FMA peak, measured in the same run. Results: reports/bench/bench.json,
 reports/bench/scaling.md and scaling.png.";
 
@@ -68,6 +75,9 @@ pub struct Args {
     memory_child: Option<Vec<String>>,
 }
 
+/// Rounds per row and phase: ours and the reference take turns this many times (see [`interleaved`]).
+const ROUNDS: usize = 3;
+
 /// The scaling series: tokens per batch, and the sequence lengths.
 const SCALING_TOKENS: usize = 8192;
 const SCALING_LENGTHS: [usize; 7] = [128, 256, 512, 1024, 2048, 4096, 8192];
@@ -76,7 +86,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if let Some(child) = &args.memory_child {
         let case = child_case(child)?;
         let backend: Backend = child[0].parse()?;
-        train_step(case, &backend.device(Default::default())?, Reps { warmup: 0, measured: 3, budget: Default::default() })?;
+        let mut step = train_step(case, &backend.device(Default::default())?)?;
+        for _ in 0..3 {
+            step()?;
+        }
         println!("{}", peak_rss_mb().context("no /proc/self/status")?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -84,10 +97,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let root = train::paths::repo_root();
     let reps = if args.quick { Reps::QUICK } else { Reps::FULL };
 
-    // The reference first, so that neither side shares the cores with the other.
-    let all_cases: Vec<Case> = plan.cases.iter().chain(&plan.scaling).copied().collect();
-    let reference = match python(&args) {
-        Some(python) => Some(run_reference(&python, &root, &all_cases, args.quick, args.threads)?),
+    let mut reference = match python(&args) {
+        Some(python) => {
+            println!("starting the PyTorch/TensorFlow reference ({})...", python.display());
+            Some(Reference::start(&python, &root, args.threads, args.quick)?)
+        }
         None => {
             println!("note: no Python with torch and tensorflow (use --python or BENCH_PYTHON); reference skipped");
             None
@@ -103,7 +117,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     println!("  this project's GEMM (the dense layers on flex and ndarray): {matmul_n}^3 {gemm:.0} GFLOP/s");
     limits.push(json!({ "what": "gemm", "n": matmul_n, "gflops": gemm }));
     let mut rows = Vec::new();
-    for &backend in &plan.backends {
+    for (b, &backend) in plan.backends.iter().enumerate() {
         let device = backend.device(Default::default())?;
         let matmul = matmul_gflops(&device, matmul_n, matmul_reps)?;
         println!("  {backend}'s own matmul: {matmul_n}^3 {matmul:.0} GFLOP/s; FMA peak {fma_peak:.0} GFLOP/s ({} threads)", threads());
@@ -112,14 +126,22 @@ pub fn run(args: Args) -> Result<ExitCode> {
             for &case in cases {
                 println!("  {backend} {series}: {} {} {} {}", case.shape, case.mask, case.model, case.call);
                 let memory = peak_memory_child(backend, case)?;
-                for (phase, timing, flops) in [
-                    ("forward", forward(case, &device, reps)?, case.forward_flops()),
-                    ("train_step", train_step(case, &device, reps)?, case.train_flops()),
+                if let Some(reference) = reference.as_mut().filter(|_| b == 0) {
+                    reference.memory(&case)?;
+                }
+                for (phase, call, flops) in [
+                    ("forward", forward(case, &device)?, case.forward_flops()),
+                    ("train_step", train_step(case, &device)?, case.train_flops()),
                 ] {
+                    let timing = interleaved(case, phase, call, reps, reference.as_mut())?;
                     rows.push(Row { series, backend, case, phase, timing, floor_ms: flops / (fma_peak * 1e6), peak_rss_mb: memory });
                 }
             }
         }
+    }
+    let reference = reference.map(Reference::report).transpose()?;
+    if let Some(errors) = reference.as_ref().and_then(|r| r["errors"].as_array()) {
+        errors.iter().for_each(|e| println!("note: reference: {}", e.as_str().unwrap_or_default()));
     }
 
     let table = sweep_table(&rows, reference.as_ref());
@@ -146,6 +168,39 @@ pub fn run(args: Args) -> Result<ExitCode> {
         println!("wrote {} and scaling.png", bench_dir.join("scaling.md").display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Times `call` in [`ROUNDS`] rounds, each followed (or, every other round, preceded) by a round
+/// of the reference's models of the same row and phase, and prints the row. The machine's speed
+/// drifts by up to 2x over minutes here; measured minutes apart, one side of a ratio could run in
+/// a slow spell and the other not (a row measured 1.34 that way ran at 0.6-0.9 of torch's time
+/// when the two were timed in turns). Taking turns every second or so puts both sides in the
+/// same spells; all rounds' samples make one median per side.
+fn interleaved(case: Case, phase: &str, mut call: Call, reps: Reps, mut reference: Option<&mut Reference>) -> Result<Timing> {
+    let mut ours = Vec::new();
+    let mut theirs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for round in 0..ROUNDS {
+        let reps = reps.round(round, ROUNDS);
+        let mut measure_reference = |theirs: &mut BTreeMap<String, Vec<f64>>| -> Result<()> {
+            if let Some(reference) = reference.as_deref_mut() {
+                for (name, times) in reference.measure(&case, phase, reps)? {
+                    theirs.entry(name).or_default().extend(times);
+                }
+            }
+            Ok(())
+        };
+        if round % 2 == 1 {
+            measure_reference(&mut theirs)?;
+        }
+        time_into(reps, &mut ours, &mut call)?;
+        if round % 2 == 0 {
+            measure_reference(&mut theirs)?;
+        }
+    }
+    let timing = Timing::from_samples(ours, case.shape.batch);
+    let others: Vec<String> = theirs.into_iter().map(|(name, times)| format!("{name} {:.2}", Timing::from_samples(times, 1).median_ms)).collect();
+    println!("    {phase:<10} ours {:.2} ms ({} reps){}{}", timing.median_ms, timing.reps, if others.is_empty() { "" } else { " | " }, others.join(" | "));
+    Ok(timing)
 }
 
 /// What one invocation measures.
@@ -357,25 +412,4 @@ fn python(args: &Args) -> Option<PathBuf> {
     let candidate = args.python.clone().or_else(|| std::env::var_os("BENCH_PYTHON").map(PathBuf::from)).unwrap_or_else(|| "python3".into());
     let ok = Command::new(&candidate).args(["-c", "import torch, tensorflow"]).output().is_ok_and(|o| o.status.success());
     ok.then_some(candidate)
-}
-
-fn run_reference(python: &Path, root: &Path, cases: &[Case], quick: bool, threads: usize) -> Result<Value> {
-    let dir = std::env::temp_dir();
-    let cases_path = dir.join(format!("bench-cases-{}.json", std::process::id()));
-    let json = dir.join(format!("bench-reference-{}.json", std::process::id()));
-    std::fs::write(&cases_path, serde_json::to_string(cases)?).with_context(|| format!("cannot write {}", cases_path.display()))?;
-    let mut command = Command::new(python);
-    command.arg(root.join("xtask/python/bench_reference.py")).args(["--threads", &threads.to_string(), "--cases"]).arg(&cases_path).arg("--json").arg(&json);
-    if quick {
-        command.arg("--quick");
-    }
-    println!("running the PyTorch/TensorFlow reference on {} rows ({})...", cases.len(), python.display());
-    let status = command.status().context("cannot run the reference script")?;
-    std::fs::remove_file(&cases_path).ok();
-    if !status.success() {
-        bail!("xtask/python/bench_reference.py failed ({status})");
-    }
-    let text = std::fs::read_to_string(&json).with_context(|| format!("{} was not written", json.display()))?;
-    std::fs::remove_file(&json).ok();
-    Ok(serde_json::from_str(&text)?)
 }

@@ -29,7 +29,8 @@ pub struct Timing {
 }
 
 impl Timing {
-    fn from_samples(mut ms: Vec<f64>, batch: usize) -> Self {
+    /// The statistics of `ms`, the times of calls that each process `batch` samples.
+    pub fn from_samples(mut ms: Vec<f64>, batch: usize) -> Self {
         ms.sort_by(f64::total_cmp);
         let at = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
         let median = at(0.5);
@@ -37,23 +38,39 @@ impl Timing {
     }
 }
 
-/// Repetitions of a measurement: `warmup` untimed, then up to `measured` timed ones, fewer
-/// (but at least 3) once `budget` is spent, so that large rows do not take minutes each.
+/// Repetitions of a measurement: `warmup` untimed calls (stopping early once `budget / 2` is
+/// spent), then up to `measured` timed ones, fewer (but at least `minimum`) once `budget` is
+/// spent, so that large rows do not take minutes each.
 #[derive(Debug, Clone, Copy)]
 pub struct Reps {
     pub warmup: usize,
     pub measured: usize,
+    pub minimum: usize,
     pub budget: Duration,
 }
 
 impl Reps {
     /// A measurement: up to 10 warm-up calls (stopping after 1.5 s), up to 50 timed ones in 3 s.
-    pub const FULL: Reps = Reps { warmup: 10, measured: 50, budget: Duration::from_secs(3) };
+    pub const FULL: Reps = Reps { warmup: 10, measured: 50, minimum: 3, budget: Duration::from_secs(3) };
     /// A check that the benchmark works, not a measurement.
-    pub const QUICK: Reps = Reps { warmup: 1, measured: 3, budget: Duration::from_millis(200) };
+    pub const QUICK: Reps = Reps { warmup: 1, measured: 3, minimum: 3, budget: Duration::from_millis(200) };
+
+    /// Round `round` of `rounds` that share this measurement: the first warms up, each later one
+    /// makes one untimed call (the cores were just handed over by the other side), and the timed
+    /// calls and the budget are split between the rounds.
+    pub fn round(self, round: usize, rounds: usize) -> Reps {
+        let rounds = rounds.max(1);
+        Reps {
+            warmup: if round == 0 { self.warmup } else { 1 },
+            measured: self.measured.div_ceil(rounds),
+            minimum: self.minimum.div_ceil(rounds),
+            budget: self.budget / rounds as u32,
+        }
+    }
 }
 
-fn time(reps: Reps, batch: usize, mut f: impl FnMut() -> Result<()>) -> Result<Timing> {
+/// Times `f` as `reps` says, appending each timed call's milliseconds to `samples`.
+pub fn time_into(reps: Reps, samples: &mut Vec<f64>, mut f: impl FnMut() -> Result<()>) -> Result<()> {
     let start = Instant::now();
     for _ in 0..reps.warmup {
         f()?;
@@ -61,32 +78,41 @@ fn time(reps: Reps, batch: usize, mut f: impl FnMut() -> Result<()>) -> Result<T
             break;
         }
     }
-    let start = Instant::now();
-    let mut samples = Vec::with_capacity(reps.measured);
-    while samples.len() < reps.measured && (samples.len() < 3 || start.elapsed() < reps.budget) {
+    let (start, first) = (Instant::now(), samples.len());
+    while samples.len() - first < reps.measured && (samples.len() - first < reps.minimum || start.elapsed() < reps.budget) {
         let call = Instant::now();
         f()?;
         samples.push(call.elapsed().as_secs_f64() * 1000.0);
     }
+    Ok(())
+}
+
+fn time(reps: Reps, batch: usize, f: impl FnMut() -> Result<()>) -> Result<Timing> {
+    let mut samples = Vec::with_capacity(reps.measured);
+    time_into(reps, &mut samples, f)?;
     Ok(Timing::from_samples(samples, batch))
 }
 
+/// One call of a row, built once and run as often as it is timed.
+pub type Call = Box<dyn FnMut() -> Result<()>>;
+
 /// Inference: the row's model without autodiff, its output read back to the host.
-pub fn forward(case: Case, device: &Device, reps: Reps) -> Result<Timing> {
+pub fn forward(case: Case, device: &Device) -> Result<Call> {
     device.seed(0);
     let net = case.init(device)?;
     let masks = case.masks(device);
     let s = case.shape;
     let x = Tensor::<3>::random([s.batch, s.seq_len, s.features], Distribution::Normal(0.0, 1.0), device);
-    time(reps, s.batch, || {
+    Ok(Box::new(move || {
         let out = case::call(&net, x.clone(), &masks, case.call, false)?;
         out.sum().into_scalar::<f32>();
         Ok(())
-    })
+    }))
 }
 
-/// A training step: forward, MSE, backward, Keras Adam; the loss read back to the host.
-pub fn train_step(case: Case, device: &Device, reps: Reps) -> Result<Timing> {
+/// A training step: forward, MSE, backward, Keras Adam; the loss read back to the host. Each
+/// call takes one more step from where the last one left the weights.
+pub fn train_step(case: Case, device: &Device) -> Result<Call> {
     let ad = device.clone().autodiff();
     ad.seed(0);
     let mut net = case.init(&ad)?;
@@ -95,13 +121,13 @@ pub fn train_step(case: Case, device: &Device, reps: Reps) -> Result<Timing> {
     let s = case.shape;
     let x = Tensor::<3>::random([s.batch, s.seq_len, s.features], Distribution::Normal(0.0, 1.0), &ad);
     let y = Tensor::<3>::random([s.batch, s.seq_len, s.features], Distribution::Normal(0.0, 1.0), &ad);
-    time(reps, s.batch, || {
+    Ok(Box::new(move || {
         let loss = mse(case::call(&net, x.clone(), &masks, case.call, true)?, y.clone());
         loss.clone().into_scalar::<f32>();
         let grads = GradientsParams::from_grads(loss.backward(), &net);
         net = optim.step(1e-3, net.clone(), grads);
         Ok(())
-    })
+    }))
 }
 
 /// Peak resident memory of this process so far (Linux `VmHWM`), in MB.
@@ -115,4 +141,35 @@ pub fn peak_rss_mb() -> Option<f64> {
 /// Parameter count of a row's model.
 pub fn parameters(case: Case) -> Result<usize> {
     Ok(case.init(&Device::flex())?.num_params())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_split_the_timed_calls_and_warm_up_once() {
+        let rounds: Vec<Reps> = (0..3).map(|r| Reps::FULL.round(r, 3)).collect();
+        assert_eq!(rounds.iter().map(|r| r.warmup).collect::<Vec<_>>(), [10, 1, 1]);
+        assert!(rounds.iter().all(|r| r.measured == 17 && r.minimum == 1 && r.budget == Duration::from_secs(1)));
+
+        // Calls that outlast the budget: each round still times `minimum` of them, after its warm-up.
+        let slow = Reps { warmup: 1, measured: 17, minimum: 1, budget: Duration::ZERO };
+        let (mut samples, mut calls) = (Vec::new(), 0);
+        for _ in 0..3 {
+            time_into(slow, &mut samples, || {
+                calls += 1;
+                Ok(())
+            })
+            .unwrap();
+        }
+        assert_eq!((samples.len(), calls), (3, 6));
+
+        // Fast calls: each round stops at `measured`.
+        let fast = Reps { warmup: 0, measured: 4, minimum: 1, budget: Duration::from_secs(60) };
+        let mut samples = Vec::new();
+        time_into(fast, &mut samples, || Ok(())).unwrap();
+        time_into(fast, &mut samples, || Ok(())).unwrap();
+        assert_eq!(samples.len(), 8);
+    }
 }

@@ -1,0 +1,97 @@
+//! The PyTorch/TensorFlow side of `cargo xtask bench`: `xtask/python/bench_reference.py --serve`
+//! as a child process that measures a row's reference models when asked. Holding it open lets the
+//! benchmark alternate rounds of ours and of the references on the same cores, so that the
+//! machine's speed, which drifts by up to 2x over minutes here, reaches both sides of a ratio.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use train::bench::{Case, Reps};
+
+/// The reference script, running and waiting for requests.
+pub struct Reference {
+    child: Child,
+    requests: ChildStdin,
+    answers: BufReader<ChildStdout>,
+    script: PathBuf,
+}
+
+impl Reference {
+    /// Starts the script with `python` and waits until torch and TensorFlow are imported.
+    pub fn start(python: &Path, root: &Path, threads: usize, quick: bool) -> Result<Self> {
+        let script = root.join("xtask/python/bench_reference.py");
+        let mut command = Command::new(python);
+        command.arg(&script).args(["--serve", "--threads", &threads.to_string()]);
+        if quick {
+            command.arg("--quick");
+        }
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("cannot run {} {}", python.display(), script.display()))?;
+        let requests = child.stdin.take().context("the reference script's stdin")?;
+        let answers = BufReader::new(child.stdout.take().context("the reference script's stdout")?);
+        let mut reference = Self { child, requests, answers, script };
+        reference.answer()?; // {"ok": true, "ready": true}
+        Ok(reference)
+    }
+
+    /// The row's torch peak memory, measured by the script in a fresh child of its own.
+    pub fn memory(&mut self, case: &Case) -> Result<()> {
+        self.ask(json!({ "op": "memory", "case": case }))?;
+        Ok(())
+    }
+
+    /// One round of `phase` of every reference model of `case`: this round's times (ms) by
+    /// `framework/model` name.
+    pub fn measure(&mut self, case: &Case, phase: &str, reps: Reps) -> Result<BTreeMap<String, Vec<f64>>> {
+        let answer = self.ask(json!({
+            "op": "measure", "case": case, "phase": phase, "warmup": reps.warmup, "reps": reps.measured,
+            "minimum": reps.minimum, "budget_s": reps.budget.as_secs_f64(),
+        }))?;
+        serde_json::from_value(answer["times"].clone()).with_context(|| format!("{}: a measurement without times", self.script.display()))
+    }
+
+    /// Every result so far (the rounds of a row and phase summarised together), peak memory,
+    /// versions and errors; the script exits.
+    pub fn report(mut self) -> Result<Value> {
+        self.send(json!({ "op": "report" }))?;
+        let report = self.answer()?;
+        drop(self.requests);
+        let status = self.child.wait().with_context(|| format!("waiting for {}", self.script.display()))?;
+        if !status.success() {
+            bail!("{} ended with {status}", self.script.display());
+        }
+        Ok(report)
+    }
+
+    fn ask(&mut self, request: Value) -> Result<Value> {
+        self.send(request)?;
+        let answer = self.answer()?;
+        if answer["ok"] != json!(true) {
+            bail!("{}: {}", self.script.display(), answer["error"].as_str().unwrap_or("an answer without \"ok\""));
+        }
+        Ok(answer)
+    }
+
+    fn send(&mut self, request: Value) -> Result<()> {
+        writeln!(self.requests, "{request}")
+            .and_then(|()| self.requests.flush())
+            .with_context(|| format!("{} stopped taking requests (its output is above)", self.script.display()))
+    }
+
+    fn answer(&mut self) -> Result<Value> {
+        let mut line = String::new();
+        let read = self.answers.read_line(&mut line).with_context(|| format!("reading {}'s answer", self.script.display()))?;
+        if read == 0 {
+            bail!("{} ended without answering (its output is above)", self.script.display());
+        }
+        serde_json::from_str(&line).with_context(|| format!("{} answered {line:?}, not JSON", self.script.display()))
+    }
+}
