@@ -95,3 +95,52 @@ impl Reference {
         serde_json::from_str(&line).with_context(|| format!("{} answered {line:?}, not JSON", self.script.display()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use train::bench::{CallKind, MaskKind, Shape};
+    use train::models::ModelKind;
+
+    /// A stand-in for the reference script, speaking its protocol: one answer a request, as many
+    /// times as the request's `reps` asks for; no peak memory; and it dies when asked for a
+    /// training step, as a script that crashes mid-run would.
+    const STAND_IN: &str = r#"
+import json, sys
+print(json.dumps({"ok": True, "ready": True}), flush=True)
+for line in sys.stdin:
+    request = json.loads(line)
+    if request["op"] == "measure":
+        if request["phase"] == "train_step":
+            sys.exit(3)
+        times = [float(request["reps"])] * request["reps"]
+        print(json.dumps({"ok": True, "times": {"torch/stand_in": times}}), flush=True)
+    elif request["op"] == "memory":
+        print(json.dumps({"ok": False, "error": "no memory today"}), flush=True)
+    elif request["op"] == "report":
+        print(json.dumps({"results": [], "errors": ["none"]}), flush=True)
+        break
+"#;
+
+    #[test]
+    fn requests_are_answered_and_a_refusal_or_a_dead_script_is_an_error_naming_it() {
+        let root = std::env::temp_dir().join(format!("kmha-reference-test-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("xtask/python")).unwrap();
+        std::fs::write(root.join("xtask/python/bench_reference.py"), STAND_IN).unwrap();
+        let case = Case { shape: Shape::SEED, mask: MaskKind::Padding, model: ModelKind::Keras, call: CallKind::Plain };
+        let reps = Reps::FULL.round(1, 3);
+
+        let mut reference = Reference::start(Path::new("python3"), &root, 2, false).unwrap();
+        let times = reference.measure(&case, "forward", reps).unwrap();
+        assert_eq!(times["torch/stand_in"], vec![reps.measured as f64; reps.measured]);
+        let refused = reference.memory(&case).unwrap_err().to_string();
+        assert!(refused.contains("no memory today") && refused.contains("bench_reference.py"), "{refused}");
+        let report = reference.report().unwrap();
+        assert_eq!(report["errors"], json!(["none"]));
+
+        let mut reference = Reference::start(Path::new("python3"), &root, 2, false).unwrap();
+        let died = reference.measure(&case, "train_step", reps).unwrap_err().to_string();
+        assert!(died.contains("ended without answering") && died.contains("bench_reference.py"), "{died}");
+        std::fs::remove_dir_all(&root).ok();
+    }
+}
