@@ -325,6 +325,12 @@ def summarise(case, framework, model, phase, times):
     }
 
 
+def describe(error):
+    """An exception in one line: its type and the first line of its message."""
+    first = (str(error).splitlines() or [""])[0]
+    return f"{type(error).__name__}: {first[:300]}"
+
+
 class Reference:
     """The reference models of the row being measured, and every sample taken so far.
 
@@ -361,7 +367,7 @@ class Reference:
                 train_step()
                 self.calls["keras_mha"] = ("tensorflow", "keras_mha", {"forward": forward, "train_step": train_step})
             except Exception as e:  # noqa: BLE001 - report and go on with the other rows
-                self.errors.append(f"tensorflow {case_name(case)}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+                self.errors.append(f"tensorflow {case_name(case)}: {describe(e)}")
         self.row_key = key
         return key
 
@@ -375,7 +381,7 @@ class Reference:
             try:
                 time_into(fns[phase], times, warmup, reps, minimum, budget)
             except Exception as e:  # noqa: BLE001 - report, drop the model, go on with the others
-                self.errors.append(f"{framework} {case_name(case)} {phase}: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+                self.errors.append(f"{framework} {case_name(case)} {phase}: {describe(e)}")
                 del self.calls[name]
                 continue
             rounds[f"{framework}/{model}"] = times[first:]

@@ -181,20 +181,15 @@ fn interleaved(case: Case, phase: &str, mut call: Call, reps: Reps, mut referenc
     let mut theirs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for round in 0..ROUNDS {
         let reps = reps.round(round, ROUNDS);
-        let mut measure_reference = |theirs: &mut BTreeMap<String, Vec<f64>>| -> Result<()> {
-            if let Some(reference) = reference.as_deref_mut() {
+        // Ours first in even rounds, the reference first in odd ones.
+        for turn in [round % 2, 1 - round % 2] {
+            if turn == 0 {
+                time_into(reps, &mut ours, &mut call)?;
+            } else if let Some(reference) = reference.as_deref_mut() {
                 for (name, times) in reference.measure(&case, phase, reps)? {
                     theirs.entry(name).or_default().extend(times);
                 }
             }
-            Ok(())
-        };
-        if round % 2 == 1 {
-            measure_reference(&mut theirs)?;
-        }
-        time_into(reps, &mut ours, &mut call)?;
-        if round % 2 == 0 {
-            measure_reference(&mut theirs)?;
         }
     }
     let timing = Timing::from_samples(ours, case.shape.batch);
