@@ -12,7 +12,9 @@ use anyhow::{Context, Result, bail};
 use model::Backend;
 use serde_json::{Value, json};
 use train::bench::peak::{fma_peak_gflops, gemm_gflops, matmul_gflops, threads};
-use train::bench::{Call, CallKind, Case, MaskKind, Reps, Shape, Timing, forward, parameters, peak_rss_mb, time_into, train_step};
+use train::bench::{
+    Call, CallKind, Case, MaskKind, Reps, Shape, Timing, forward, parameters, peak_rss_mb, time_into, train_step,
+};
 use train::models::ModelKind;
 
 use reference::Reference;
@@ -120,7 +122,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
     for (b, &backend) in plan.backends.iter().enumerate() {
         let device = backend.device(Default::default())?;
         let matmul = matmul_gflops(&device, matmul_n, matmul_reps)?;
-        println!("  {backend}'s own matmul: {matmul_n}^3 {matmul:.0} GFLOP/s; FMA peak {fma_peak:.0} GFLOP/s ({} threads)", threads());
+        println!(
+            "  {backend}'s own matmul: {matmul_n}^3 {matmul:.0} GFLOP/s; FMA peak {fma_peak:.0} GFLOP/s ({} threads)",
+            threads()
+        );
         limits.push(json!({ "what": "matmul", "backend": backend, "n": matmul_n, "gflops": matmul }));
         for (series, cases) in [("sweep", &plan.cases), ("scaling", &plan.scaling)] {
             for &case in cases {
@@ -134,7 +139,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     ("train_step", train_step(case, &device)?, case.train_flops()),
                 ] {
                     let timing = interleaved(case, phase, call, reps, reference.as_mut())?;
-                    rows.push(Row { series, backend, case, phase, timing, floor_ms: flops / (fma_peak * 1e6), peak_rss_mb: memory });
+                    rows.push(Row {
+                        series,
+                        backend,
+                        case,
+                        phase,
+                        timing,
+                        floor_ms: flops / (fma_peak * 1e6),
+                        peak_rss_mb: memory,
+                    });
                 }
             }
         }
@@ -151,7 +164,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         println!("{scaling}");
     }
     let bench_dir = root.join("reports/bench");
-    let json_path = args.json.clone().unwrap_or_else(|| bench_dir.join(if args.quick { "bench-quick.json" } else { "bench.json" }));
+    let json_path =
+        args.json.clone().unwrap_or_else(|| bench_dir.join(if args.quick { "bench-quick.json" } else { "bench.json" }));
     let out = json!({
         "quick": args.quick,
         "limits": limits,
@@ -176,7 +190,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
 /// a slow spell and the other not (a row measured 1.34 that way ran at 0.6-0.9 of torch's time
 /// when the two were timed in turns). Taking turns every second or so puts both sides in the
 /// same spells; all rounds' samples make one median per side.
-fn interleaved(case: Case, phase: &str, mut call: Call, reps: Reps, mut reference: Option<&mut Reference>) -> Result<Timing> {
+fn interleaved(
+    case: Case,
+    phase: &str,
+    mut call: Call,
+    reps: Reps,
+    mut reference: Option<&mut Reference>,
+) -> Result<Timing> {
     let mut ours = Vec::new();
     let mut theirs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for round in 0..ROUNDS {
@@ -193,8 +213,17 @@ fn interleaved(case: Case, phase: &str, mut call: Call, reps: Reps, mut referenc
         }
     }
     let timing = Timing::from_samples(ours, case.shape.batch);
-    let others: Vec<String> = theirs.into_iter().map(|(name, times)| format!("{name} {:.2}", Timing::from_samples(times, 1).median_ms)).collect();
-    println!("    {phase:<10} ours {:.2} ms ({} reps){}{}", timing.median_ms, timing.reps, if others.is_empty() { "" } else { " | " }, others.join(" | "));
+    let others: Vec<String> = theirs
+        .into_iter()
+        .map(|(name, times)| format!("{name} {:.2}", Timing::from_samples(times, 1).median_ms))
+        .collect();
+    println!(
+        "    {phase:<10} ours {:.2} ms ({} reps){}{}",
+        timing.median_ms,
+        timing.reps,
+        if others.is_empty() { "" } else { " | " },
+        others.join(" | ")
+    );
     Ok(timing)
 }
 
@@ -265,7 +294,12 @@ fn parse_model(name: &str) -> Result<ModelKind> {
 
 /// The row of a memory child's arguments `[backend, model, mask, call, shape]`.
 fn child_case(child: &[String]) -> Result<Case> {
-    Ok(Case { model: parse_model(&child[1])?, mask: child[2].parse()?, call: child[3].parse()?, shape: child[4].parse()? })
+    Ok(Case {
+        model: parse_model(&child[1])?,
+        mask: child[2].parse()?,
+        call: child[3].parse()?,
+        shape: child[4].parse()?,
+    })
 }
 
 struct Row {
@@ -303,19 +337,25 @@ fn reference_ms(reference: &Value, name: &str, case: &Case, phase: &str) -> Opti
     let (framework, model) = name.split_once('/')?;
     let case = serde_json::to_value(case).ok()?;
     reference["results"].as_array()?.iter().find_map(|r| {
-        (r["framework"] == framework && r["model"] == model && r["phase"] == phase && r["case"] == case).then(|| r["median_ms"].as_f64()).flatten()
+        (r["framework"] == framework && r["model"] == model && r["phase"] == phase && r["case"] == case)
+            .then(|| r["median_ms"].as_f64())
+            .flatten()
     })
 }
 
 fn reference_memory(reference: &Value, case: &Case) -> Option<f64> {
     let case = serde_json::to_value(case).ok()?;
-    reference["peak_rss_mb"].as_array()?.iter().find_map(|r| (r["case"] == case).then(|| r["peak_rss_mb"].as_f64()).flatten())
+    reference["peak_rss_mb"]
+        .as_array()?
+        .iter()
+        .find_map(|r| (r["case"] == case).then(|| r["peak_rss_mb"].as_f64()).flatten())
 }
 
 /// The fastest reference for a row: its name and time.
 fn fastest(reference: Option<&Value>, case: &Case, phase: &str) -> Option<(&'static str, f64)> {
     let reference = reference?;
-    let times = reference_names(case).iter().filter_map(|name| Some((*name, reference_ms(reference, name, case, phase)?)));
+    let times =
+        reference_names(case).iter().filter_map(|name| Some((*name, reference_ms(reference, name, case, phase)?)));
     times.min_by(|a, b| a.1.total_cmp(&b.1))
 }
 
@@ -354,7 +394,8 @@ fn scaling_points(rows: &[Row], reference: Option<&Value>) -> Vec<train::plot::S
     let train = rows.iter().filter(|r| r.series == "scaling" && r.phase == "train_step");
     train
         .map(|r| {
-            let torch = reference.and_then(|reference| reference_ms(reference, "torch/keras_style_sdpa", &r.case, "train_step"));
+            let torch = reference
+                .and_then(|reference| reference_ms(reference, "torch/keras_style_sdpa", &r.case, "train_step"));
             train::plot::ScalingPoint {
                 seq_len: r.case.shape.seq_len,
                 ours_ms: r.timing.median_ms,
@@ -394,17 +435,37 @@ fn peak_memory_child(backend: Backend, case: Case) -> Result<Option<f64>> {
     let shape = case.shape;
     let shape_arg = format!("{},{},{},{},{}", shape.batch, shape.seq_len, shape.features, shape.heads, shape.key_dim);
     let output = Command::new(exe)
-        .args(["bench", "--memory-child", backend.name(), case.model.name(), case.mask.name(), case.call.name(), &shape_arg])
+        .args([
+            "bench",
+            "--memory-child",
+            backend.name(),
+            case.model.name(),
+            case.mask.name(),
+            case.call.name(),
+            &shape_arg,
+        ])
         .output()?;
     if !output.status.success() {
-        bail!("memory measurement of {} {} {} {} on {backend} failed: {}", shape, case.mask, case.model, case.call, String::from_utf8_lossy(&output.stderr));
+        bail!(
+            "memory measurement of {} {} {} {} on {backend} failed: {}",
+            shape,
+            case.mask,
+            case.model,
+            case.call,
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
     Ok(String::from_utf8_lossy(&output.stdout).lines().last().and_then(|l| l.trim().parse().ok()))
 }
 
 /// The Python to run the reference with, if one with torch and tensorflow is there.
 fn python(args: &Args) -> Option<PathBuf> {
-    let candidate = args.python.clone().or_else(|| std::env::var_os("BENCH_PYTHON").map(PathBuf::from)).unwrap_or_else(|| "python3".into());
-    let ok = Command::new(&candidate).args(["-c", "import torch, tensorflow"]).output().is_ok_and(|o| o.status.success());
+    let candidate = args
+        .python
+        .clone()
+        .or_else(|| std::env::var_os("BENCH_PYTHON").map(PathBuf::from))
+        .unwrap_or_else(|| "python3".into());
+    let ok =
+        Command::new(&candidate).args(["-c", "import torch, tensorflow"]).output().is_ok_and(|o| o.status.success());
     ok.then_some(candidate)
 }

@@ -132,7 +132,14 @@ fn join(backends: &[Backend]) -> String {
 
 /// The commit the study ran at (`-dirty` when the tree had changes).
 fn git_commit() -> String {
-    let run = |args: &[&str]| Command::new("git").args(args).output().ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let run = |args: &[&str]| {
+        Command::new("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
     match run(&["rev-parse", "--short", "HEAD"]) {
         Some(hash) => {
             let dirty = run(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());

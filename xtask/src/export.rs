@@ -30,7 +30,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     println!("wrote {}", path.display());
     if args.format == Format::Keras {
         let stem = path.with_extension("");
-        println!("wrote {}.keras (keras.saving.load_model) and {}.weights.h5 (Model.load_weights)", stem.display(), stem.display());
+        println!(
+            "wrote {}.keras (keras.saving.load_model) and {}.weights.h5 (Model.load_weights)",
+            stem.display(),
+            stem.display()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -47,7 +47,10 @@ fn bad_config_is_a_one_line_error_not_a_panic() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("bad.toml") && stderr.contains("model.key_dim = 0") && !stderr.contains("panicked"), "{stderr}");
+    assert!(
+        stderr.contains("bad.toml") && stderr.contains("model.key_dim = 0") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -60,7 +63,15 @@ fn train_then_export_and_verify_the_export() {
     let text = stdout(&out);
     assert!(text.contains("--- cli ---") && text.contains("loss  train"), "{text}");
     let exported = dir.join("keras.safetensors");
-    let out = xtask(&["export", "--run", runs.join("cli").to_str().unwrap(), "--format", "keras", "--out", exported.to_str().unwrap()]);
+    let out = xtask(&[
+        "export",
+        "--run",
+        runs.join("cli").to_str().unwrap(),
+        "--format",
+        "keras",
+        "--out",
+        exported.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = xtask(&["verify", exported.to_str().unwrap(), "--backend", "flex"]);
     assert!(out.status.success(), "{}", stdout(&out));
@@ -71,7 +82,18 @@ fn train_then_export_and_verify_the_export() {
 fn bench_quick_writes_its_table_and_json() {
     let dir = scratch("bench");
     let json = dir.join("bench.json");
-    let out = xtask(&["bench", "--quick", "--backend", "flex", "--call", "plain,scores,dropout", "--python", "/nonexistent/python", "--json", json.to_str().unwrap()]);
+    let out = xtask(&[
+        "bench",
+        "--quick",
+        "--backend",
+        "flex",
+        "--call",
+        "plain,scores,dropout",
+        "--python",
+        "/nonexistent/python",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = stdout(&out);
     for row in [
@@ -86,7 +108,8 @@ fn bench_quick_writes_its_table_and_json() {
     let rows = value["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 36, "the seed's shape x 3 masks x 2 models x 3 calls x 2 phases");
     assert!(value["limits"][0]["gflops"].as_f64().is_some_and(|g| g > 0.0), "the FMA peak is measured");
-    assert!(rows.iter().all(|r| r["timing"]["median_ms"].as_f64().is_some_and(|v| v > 0.0) && r["floor_ms"].as_f64().is_some_and(|v| v > 0.0)));
+    assert!(rows.iter().all(|r| r["timing"]["median_ms"].as_f64().is_some_and(|v| v > 0.0)
+        && r["floor_ms"].as_f64().is_some_and(|v| v > 0.0)));
 }
 
 /// `convert` on files the real Keras wrote: every target that can be exact is written, checked by
@@ -134,10 +157,24 @@ fn convert_writes_every_exact_target_and_refuses_the_rest() {
         };
         let input = format!("{files}/{file}");
         let heads = if file == "torch_projected.pt" { "6" } else { "2" };
-        let run = xtask(&["convert", &input, "--to", target, "--layer", layer, "--num-heads", heads, "--out", out.to_str().unwrap()]);
+        let run = xtask(&[
+            "convert",
+            &input,
+            "--to",
+            target,
+            "--layer",
+            layer,
+            "--num-heads",
+            heads,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
         let (text, errors) = (stdout(&run), String::from_utf8_lossy(&run.stderr).into_owned());
         if !exact {
-            assert!(!run.status.success() && errors.contains("cannot be exact"), "{file} {layer} -> {target}: {text}{errors}");
+            assert!(
+                !run.status.success() && errors.contains("cannot be exact"),
+                "{file} {layer} -> {target}: {text}{errors}"
+            );
             continue;
         }
         assert!(run.status.success(), "{file} {layer} -> {target}: {errors}");
@@ -149,10 +186,16 @@ fn convert_writes_every_exact_target_and_refuses_the_rest() {
         assert!(difference <= 1e-5, "{file} {layer} -> {target}: difference {difference}");
         let verified = xtask(&["verify", checked.to_str().unwrap(), "--backend", "flex"]);
         let lines = stdout(&verified);
-        assert!(verified.status.success() && lines.lines().last().is_some_and(|l| l.ends_with(" 0 failed")), "{file} {layer} -> {target}: {lines}");
+        assert!(
+            verified.status.success() && lines.lines().last().is_some_and(|l| l.ends_with(" 0 failed")),
+            "{file} {layer} -> {target}: {lines}"
+        );
         if target == "torch" || target == "projected" {
             let module = std::fs::read_to_string(stem.with_extension("py")).unwrap_or_default();
-            assert!(module.contains("load_state_dict(state, strict=True)"), "{file} {layer} -> {target}: no module file beside the weights");
+            assert!(
+                module.contains("load_state_dict(state, strict=True)"),
+                "{file} {layer} -> {target}: no module file beside the weights"
+            );
         }
         if target == "keras" {
             // The written .keras and .weights.h5 are Keras files again, each with the one layer.
@@ -171,7 +214,10 @@ fn convert_lists_the_layers_and_asks_which_one() {
     let listed = xtask(&["convert", file]);
     let text = stdout(&listed);
     assert!(listed.status.success(), "{text}");
-    assert!(text.contains("attn_values (layers/multi_head_attention): num_heads=2, key_dim=4, value_dim=3, output_shape=6"), "{text}");
+    assert!(
+        text.contains("attn_values (layers/multi_head_attention): num_heads=2, key_dim=4, value_dim=3, output_shape=6"),
+        "{text}"
+    );
     assert!(text.contains("attn_nobias (layers/multi_head_attention_1): num_heads=3, key_dim=2"), "{text}");
     let ambiguous = xtask(&["convert", file, "--to", "keras"]);
     let errors = String::from_utf8_lossy(&ambiguous.stderr);
@@ -183,5 +229,8 @@ fn convert_names_the_file_when_it_holds_no_attention_layer() {
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/model-files/dense_only.keras");
     let run = xtask(&["convert", file, "--to", "torch"]);
     let errors = String::from_utf8_lossy(&run.stderr);
-    assert!(!run.status.success() && errors.contains("dense_only.keras: no MultiHeadAttention layer in this model"), "{errors}");
+    assert!(
+        !run.status.success() && errors.contains("dense_only.keras: no MultiHeadAttention layer in this model"),
+        "{errors}"
+    );
 }

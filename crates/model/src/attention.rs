@@ -101,7 +101,11 @@ pub fn probs_dropout(rate: f64, seed: Option<[u64; 2]>, device: &Device) -> Prob
 
 /// A seed for one unseeded draw, from `device`'s generator (so `device.seed(..)` fixes it).
 pub(crate) fn fresh_seed(device: &Device) -> u64 {
-    let bits = Tensor::<1>::random([2], Distribution::Uniform(0.0, 1.0), device).into_data().convert::<f32>().try_to_vec::<f32>().unwrap_or_default();
+    let bits = Tensor::<1>::random([2], Distribution::Uniform(0.0, 1.0), device)
+        .into_data()
+        .convert::<f32>()
+        .try_to_vec::<f32>()
+        .unwrap_or_default();
     bits.iter().fold(0u64, |seed, b| (seed << 32) | (b * u32::MAX as f32) as u64)
 }
 
@@ -143,9 +147,9 @@ pub fn transpose_heads(x: Tensor<4>) -> Tensor<4> {
 /// The decomposed path ([`attend`]) stays the reference: tests check
 /// that both agree within the fixtures' 1e-5 (they differ by float32 reduction order, ~2e-6).
 pub fn burn_fused_attention(
-    q: Tensor<4>,                      // [B, T, h, d]
-    k: Tensor<4>,                      // [B, S, h, d]
-    v: Tensor<4>,                      // [B, S, h, dv]
+    q: Tensor<4>,                     // [B, T, h, d]
+    k: Tensor<4>,                     // [B, S, h, d]
+    v: Tensor<4>,                     // [B, S, h, dv]
     blocked: Option<Tensor<4, Bool>>, // [B, h, T, S], true = may NOT attend
 ) -> Tensor<4> {
     let options = AttentionModuleOptions { scale: None, softcap: None, is_causal: false };
@@ -171,8 +175,8 @@ pub fn scaled_logits(q: Tensor<4>, k: Tensor<4>, scale: f32) -> Tensor<4> {
 ///
 /// Returns the context `[B, h, T, dv]` and, when `keep_probs`, the probabilities before dropout.
 pub fn attend(
-    logits: Tensor<4>,                 // [B, h, T, S], scaled
-    v: Tensor<4>,                      // [B, h, S, dv]
+    logits: Tensor<4>,                // [B, h, T, S], scaled
+    v: Tensor<4>,                     // [B, h, S, dv]
     blocked: Option<Tensor<4, Bool>>, // [B, h, T, S]
     rows: FullyMaskedRows,
     dropout: ProbsDropout,
@@ -209,8 +213,16 @@ mod tests {
         assert_eq!(AttentionPath::fastest(&flex, call(true, false, false)), AttentionPath::Kernel);
         assert_eq!(AttentionPath::fastest(&flex, call(false, false, false)), AttentionPath::Kernel, "inference");
         assert_eq!(AttentionPath::fastest(&flex, call(true, false, true)), AttentionPath::Kernel, "scores in training");
-        assert_eq!(AttentionPath::fastest(&flex, call(false, false, true)), AttentionPath::Kernel, "scores in inference");
+        assert_eq!(
+            AttentionPath::fastest(&flex, call(false, false, true)),
+            AttentionPath::Kernel,
+            "scores in inference"
+        );
         assert_eq!(AttentionPath::fastest(&flex, call(true, true, false)), AttentionPath::Kernel, "dropout");
-        assert_eq!(AttentionPath::fastest(&flex, call(true, true, true)), AttentionPath::Kernel, "dropout and probabilities");
+        assert_eq!(
+            AttentionPath::fastest(&flex, call(true, true, true)),
+            AttentionPath::Kernel,
+            "dropout and probabilities"
+        );
     }
 }

@@ -70,7 +70,11 @@ impl Backend {
     pub fn for_checks() -> Result<Vec<Backend>> {
         let available = Self::available();
         if !available.contains(&Backend::Wgpu) && std::env::var("REQUIRE_WGPU").is_ok_and(|v| v == "1") {
-            return Err(ModelError::config("backend", "wgpu", "REQUIRE_WGPU=1 but no wgpu adapter was found (install mesa-vulkan-drivers)"));
+            return Err(ModelError::config(
+                "backend",
+                "wgpu",
+                "REQUIRE_WGPU=1 but no wgpu adapter was found (install mesa-vulkan-drivers)",
+            ));
         }
         Ok(available)
     }
@@ -86,10 +90,9 @@ impl FromStr for Backend {
     type Err = ModelError;
 
     fn from_str(s: &str) -> Result<Self> {
-        Self::ALL
-            .into_iter()
-            .find(|b| b.name() == s)
-            .ok_or_else(|| ModelError::config("backend", format!("{s:?}"), "expected one of \"ndarray\", \"flex\", \"wgpu\""))
+        Self::ALL.into_iter().find(|b| b.name() == s).ok_or_else(|| {
+            ModelError::config("backend", format!("{s:?}"), "expected one of \"ndarray\", \"flex\", \"wgpu\"")
+        })
     }
 }
 
@@ -121,7 +124,13 @@ impl FromStr for WgpuKind {
 
     /// `default`, `cpu`, `discrete` / `discrete:N`, `integrated` / `integrated:N`.
     fn from_str(s: &str) -> Result<Self> {
-        let bad = || ModelError::config("wgpu_device", format!("{s:?}"), "expected \"default\", \"cpu\", \"discrete[:N]\" or \"integrated[:N]\"");
+        let bad = || {
+            ModelError::config(
+                "wgpu_device",
+                format!("{s:?}"),
+                "expected \"default\", \"cpu\", \"discrete[:N]\" or \"integrated[:N]\"",
+            )
+        };
         let (name, index) = match s.split_once(':') {
             Some((name, index)) => (name, index.parse().map_err(|_| bad())?),
             None => (s, 0),
@@ -142,8 +151,10 @@ pub fn wgpu_adapters() -> &'static [String] {
     ADAPTERS.get_or_init(|| {
         use burn::backend::wgpu::wgpu;
         let backends = wgpu::Backends::all();
-        let instance =
-            wgpu::Instance::new(wgpu::InstanceDescriptor { backends, ..wgpu::InstanceDescriptor::new_without_display_handle() });
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+            backends,
+            ..wgpu::InstanceDescriptor::new_without_display_handle()
+        });
         let adapters = pollster::block_on(instance.enumerate_adapters(backends));
         let names = adapters.iter().map(|a| {
             let info = a.get_info();

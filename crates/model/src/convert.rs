@@ -32,7 +32,9 @@ fn keras_only_arguments(config: &KerasMhaConfig) -> Option<String> {
         return Some("use_gate multiplies the attention output by a learned sigmoid gate, which torch's nn.MultiheadAttention has no place for".into());
     }
     if let Some(window) = config.sliding_window {
-        return Some(format!("sliding_window = {window} is part of the Keras layer; torch's layer holds no mask (pass the band as attn_mask at each call)"));
+        return Some(format!(
+            "sliding_window = {window} is part of the Keras layer; torch's layer holds no mask (pass the band as attn_mask at each call)"
+        ));
     }
     match crate::keras_nd::resolve_attention_axes(config.attention_axes.as_deref(), 3) {
         Ok(axes) if axes == [1] => None,
@@ -52,13 +54,22 @@ pub fn keras_to_torch(config: &KerasMhaConfig, keras: &WeightMap) -> Result<Conv
     }
     let e = d.num_heads * d.key_dim;
     if d.query_dim != e {
-        return fail(format!("torch's query width is embed_dim = num_heads * key_dim = {e}, but the Keras query width is {} (use the projected model)", d.query_dim));
+        return fail(format!(
+            "torch's query width is embed_dim = num_heads * key_dim = {e}, but the Keras query width is {} (use the projected model)",
+            d.query_dim
+        ));
     }
     if d.value_dim != d.key_dim {
-        return fail(format!("torch heads have one size; value_dim = {} differs from key_dim = {} (use the projected model)", d.value_dim, d.key_dim));
+        return fail(format!(
+            "torch heads have one size; value_dim = {} differs from key_dim = {} (use the projected model)",
+            d.value_dim, d.key_dim
+        ));
     }
     if d.output_dim != e {
-        return fail(format!("torch's output width is embed_dim = {e}, but output_shape is {} (add a final Linear: use the projected model)", d.output_dim));
+        return fail(format!(
+            "torch's output width is embed_dim = {e}, but output_shape is {} (add a final Linear: use the projected model)",
+            d.output_dim
+        ));
     }
     let torch_config = TorchMhaConfig::new(e, d.num_heads)
         .with_kdim(Some(d.key_input_dim))
@@ -96,8 +107,14 @@ pub fn keras_to_torch(config: &KerasMhaConfig, keras: &WeightMap) -> Result<Conv
 /// torch `nn.MultiheadAttention` -> Keras `MultiHeadAttention(h, E/h)` (the inverse reshape).
 pub fn torch_to_keras(config: &TorchMhaConfig, torch: &WeightMap) -> Result<Converted<KerasMhaConfig>> {
     for (set, reason) in [
-        (config.add_zero_attn, "add_zero_attn appends a zero key and value after the projections, which Keras' layer has no place for"),
-        (config.add_bias_kv, "add_bias_kv appends learned key and value rows (bias_k, bias_v), which Keras' layer has no place for"),
+        (
+            config.add_zero_attn,
+            "add_zero_attn appends a zero key and value after the projections, which Keras' layer has no place for",
+        ),
+        (
+            config.add_bias_kv,
+            "add_bias_kv appends learned key and value rows (bias_k, bias_v), which Keras' layer has no place for",
+        ),
     ] {
         if set {
             return Err(ModelError::Conversion { direction: "torch -> keras", reason: reason.into() });
@@ -124,7 +141,10 @@ pub fn torch_to_keras(config: &TorchMhaConfig, torch: &WeightMap) -> Result<Conv
     for (name, w, d_in) in [("query", wq, e), ("key", wk, kdim), ("value", wv, vdim)] {
         keras.insert(format!("{name}.kernel"), w.transposed().reshaped(vec![d_in, h, hd]));
     }
-    keras.insert("attention_output.kernel", torch.expect("out_proj.weight", &[e, e])?.transposed().reshaped(vec![h, hd, e]));
+    keras.insert(
+        "attention_output.kernel",
+        torch.expect("out_proj.weight", &[e, e])?.transposed().reshaped(vec![h, hd, e]),
+    );
     if config.bias {
         let packed = torch.expect("in_proj_bias", &[3 * e])?;
         for (i, name) in ["query.bias", "key.bias", "value.bias"].into_iter().enumerate() {
@@ -163,7 +183,9 @@ pub fn keras_to_projected(config: &KerasMhaConfig, keras: &WeightMap) -> Result<
     let m = k.max(v);
     let e = h * m;
     if e < dq {
-        return fail(format!("proj: Linear({dq}, {e}) must be injective, but num_heads * max(key_dim, value_dim) = {e} < input width {dq}"));
+        return fail(format!(
+            "proj: Linear({dq}, {e}) must be injective, but num_heads * max(key_dim, value_dim) = {e} < input width {dq}"
+        ));
     }
     let q_scale = (m as f64 / k as f64).sqrt();
     let shapes = d.kernel_shapes();
@@ -217,7 +239,13 @@ pub fn keras_to_projected(config: &KerasMhaConfig, keras: &WeightMap) -> Result<
         let bk = keras.expect("key.bias", &[h, k])?;
         let bv = keras.expect("value.bias", &[h, v])?;
         out.insert("proj.bias", HostTensor::zeros(vec![e]));
-        out.insert("in_proj_bias", HostTensor::new(vec![3 * e], [bias_block(bq, k, q_scale), bias_block(bk, k, 1.0), bias_block(bv, v, 1.0)].concat()));
+        out.insert(
+            "in_proj_bias",
+            HostTensor::new(
+                vec![3 * e],
+                [bias_block(bq, k, q_scale), bias_block(bk, k, 1.0), bias_block(bv, v, 1.0)].concat(),
+            ),
+        );
         out.insert("out_proj.bias", HostTensor::zeros(vec![e]));
         out.insert("final.bias", keras.expect("attention_output.bias", &[o])?.clone());
     }

@@ -43,8 +43,12 @@ pub enum FixtureKind {
 impl Fixture {
     pub fn read(path: &Path) -> Result<Self> {
         let file = TensorFile::read(path)?;
-        let raw = file.metadata.get("config").ok_or_else(|| ModelError::file(path, "no `config` in the safetensors metadata: not a fixture"))?;
-        let config: Value = serde_json::from_str(raw).map_err(|e| ModelError::file(path, format!("metadata `config` is not JSON: {e}")))?;
+        let raw = file
+            .metadata
+            .get("config")
+            .ok_or_else(|| ModelError::file(path, "no `config` in the safetensors metadata: not a fixture"))?;
+        let config: Value = serde_json::from_str(raw)
+            .map_err(|e| ModelError::file(path, format!("metadata `config` is not JSON: {e}")))?;
         let case = config
             .get("case")
             .and_then(Value::as_str)
@@ -88,7 +92,10 @@ impl Fixture {
     }
 
     pub fn usize(&self, name: &str) -> Result<usize> {
-        self.field(name)?.as_u64().map(|v| v as usize).ok_or_else(|| self.error(format!("config `{name}` is not a count")))
+        self.field(name)?
+            .as_u64()
+            .map(|v| v as usize)
+            .ok_or_else(|| self.error(format!("config `{name}` is not a count")))
     }
 
     pub fn bool(&self, name: &str) -> Result<bool> {
@@ -141,7 +148,11 @@ pub struct Check {
 impl std::fmt::Display for Check {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let verdict = if self.passed { "PASS" } else { "FAIL" };
-        write!(f, "{verdict} {} {} {} max_abs_err={:.3e} tol={:.1e}", self.case, self.backend, self.output, self.max_abs_err, self.tol)?;
+        write!(
+            f,
+            "{verdict} {} {} {} max_abs_err={:.3e} tol={:.1e}",
+            self.case, self.backend, self.output, self.max_abs_err, self.tol
+        )?;
         if let Some(note) = &self.note {
             write!(f, " ({note})")?;
         }
@@ -233,11 +244,14 @@ pub fn run(fixture: &Fixture, backend: &str, device: &Device) -> Result<Vec<Chec
         FixtureKind::Conversion => {
             let (converted, outputs) = run_conversion(fixture, device)?;
             for (name, expected) in fixture.tensors.with_prefix_stripped("dst.").iter() {
-                let ours = converted.get(name).map_err(|_| fixture.error(format!("the conversion did not produce `{name}`")))?;
+                let ours = converted
+                    .get(name)
+                    .map_err(|_| fixture.error(format!("the conversion did not produce `{name}`")))?;
                 checks.push(compare(&fixture.case, backend, &format!("dst.{name}"), ours, expected, tol));
             }
             if let Some(extra) = converted.names().find(|n| !fixture.tensors.contains(&format!("dst.{n}"))) {
-                return Err(fixture.error(format!("the conversion produced `{extra}`, which the fixture's dst.* does not have")));
+                return Err(fixture
+                    .error(format!("the conversion produced `{extra}`, which the fixture's dst.* does not have")));
             }
             checks.push(compare(&fixture.case, backend, "output", &outputs, fixture.tensor("outputs.output")?, tol));
         }
@@ -290,14 +304,20 @@ fn keras_layer(fixture: &Fixture, config: &KerasMhaConfig, weights: &WeightMap, 
         Some(burnpack) => {
             use burn::module::Module;
             let layer = config.init(device).map_err(|e| fixture.error(e))?;
-            layer.try_load_file(&burnpack).map_err(|e| ModelError::file(&burnpack, format!("cannot load the burnpack: {e:?}")))
+            layer
+                .try_load_file(&burnpack)
+                .map_err(|e| ModelError::file(&burnpack, format!("cannot load the burnpack: {e:?}")))
         }
         None => config.init_with_weights(weights, device).map_err(|e| fixture.error(e)),
     }
 }
 
 /// Runs a `keras_*` fixture whose inputs have rank 4 or more through [`KerasMha::forward_nd`].
-fn run_keras_nd<const D: usize>(fixture: &Fixture, config: &KerasMhaConfig, device: &Device) -> Result<Vec<(String, HostTensor)>> {
+fn run_keras_nd<const D: usize>(
+    fixture: &Fixture,
+    config: &KerasMhaConfig,
+    device: &Device,
+) -> Result<Vec<(String, HostTensor)>> {
     let layer = keras_layer(fixture, config, &fixture.weights(), device)?;
     let mask = |name: &str| -> Result<Option<NdMask>> {
         match fixture.tensors.get(name) {
@@ -332,7 +352,12 @@ fn run_keras_nd<const D: usize>(fixture: &Fixture, config: &KerasMhaConfig, devi
 
 /// Runs the Keras default call and, when the fixture has scores, the `return_attention_scores`
 /// call; returns `(output name, value)` pairs named as the fixture's `outputs.*`.
-fn run_keras(fixture: &Fixture, config: &KerasMhaConfig, weights: &WeightMap, device: &Device) -> Result<Vec<(String, HostTensor)>> {
+fn run_keras(
+    fixture: &Fixture,
+    config: &KerasMhaConfig,
+    weights: &WeightMap,
+    device: &Device,
+) -> Result<Vec<(String, HostTensor)>> {
     let layer = keras_layer(fixture, config, weights, device)?;
     let causal = fixture.config.get("use_causal_mask").and_then(Value::as_bool).unwrap_or(false);
     let call = || -> Result<KerasMhaInput> {
@@ -345,7 +370,9 @@ fn run_keras(fixture: &Fixture, config: &KerasMhaConfig, weights: &WeightMap, de
             input = input.key(fixture.tensor("inputs.key")?.to_tensor("inputs.key", device)?);
         }
         if fixture.tensors.contains("inputs.attention_mask") {
-            input = input.attention_mask(fixture.tensor("inputs.attention_mask")?.to_bool_tensor("inputs.attention_mask", device)?);
+            input = input.attention_mask(
+                fixture.tensor("inputs.attention_mask")?.to_bool_tensor("inputs.attention_mask", device)?,
+            );
         }
         // The implicit masks: the query tensor's Keras mask, `value_mask`, `key_mask`.
         let implicit = |name: &str| -> Result<Option<Tensor<2, Bool>>> {
@@ -374,9 +401,12 @@ fn run_torch(fixture: &Fixture, config: &TorchMhaConfig, device: &Device) -> Res
     let call = || -> Result<TorchMhaInput> {
         let input = |name: &str| fixture.tensor(name)?.to_tensor::<3>(name, device);
         let is_causal = fixture.config.get("is_causal").and_then(Value::as_bool).unwrap_or(false);
-        let mut call = TorchMhaInput::new(input("inputs.query")?, input("inputs.key")?, input("inputs.value")?).is_causal(is_causal);
+        let mut call = TorchMhaInput::new(input("inputs.query")?, input("inputs.key")?, input("inputs.value")?)
+            .is_causal(is_causal);
         if fixture.tensors.contains("inputs.key_padding_mask") {
-            call = call.key_padding_mask(fixture.tensor("inputs.key_padding_mask")?.to_bool_tensor("inputs.key_padding_mask", device)?);
+            call = call.key_padding_mask(
+                fixture.tensor("inputs.key_padding_mask")?.to_bool_tensor("inputs.key_padding_mask", device)?,
+            );
         }
         if let Ok(mask) = fixture.tensor("inputs.attn_mask") {
             call = call.attn_mask(torch_attn_mask(mask, device)?);
@@ -384,8 +414,13 @@ fn run_torch(fixture: &Fixture, config: &TorchMhaConfig, device: &Device) -> Res
         Ok(call)
     };
     let result = layer.forward(call()?)?;
-    let Some(AttnWeights::Averaged(weights)) = result.attn_weights else { unreachable!("need_weights and averaging are the defaults") };
-    let mut outputs = vec![("output".to_string(), HostTensor::from_tensor(result.output)), ("attention_weights".into(), HostTensor::from_tensor(weights))];
+    let Some(AttnWeights::Averaged(weights)) = result.attn_weights else {
+        unreachable!("need_weights and averaging are the defaults")
+    };
+    let mut outputs = vec![
+        ("output".to_string(), HostTensor::from_tensor(result.output)),
+        ("attention_weights".into(), HostTensor::from_tensor(weights)),
+    ];
     if fixture.tensors.contains("outputs.output_need_weights_false") {
         let fast = layer.forward(call()?.need_weights(false))?;
         outputs.push(("output_need_weights_false".into(), HostTensor::from_tensor(fast.output)));
@@ -417,12 +452,18 @@ fn projected_config(fixture: &Fixture, weights: &WeightMap) -> Result<ProjectedC
 }
 
 /// Runs the projected model; returns pairs named as the fixture's tensors.
-fn run_projected(fixture: &Fixture, config: &ProjectedConfig, weights: &WeightMap, device: &Device) -> Result<Vec<(String, HostTensor)>> {
+fn run_projected(
+    fixture: &Fixture,
+    config: &ProjectedConfig,
+    weights: &WeightMap,
+    device: &Device,
+) -> Result<Vec<(String, HostTensor)>> {
     let model = config.init_with_state_dict(weights, device).map_err(|e| fixture.error(e))?;
     let x = fixture.tensor("inputs.x")?.to_tensor("inputs.x", device)?;
     let mut input = ProjectedInput::new(x).need_weights(true);
     if fixture.tensors.contains("inputs.key_padding_mask") {
-        input.key_padding_mask = Some(fixture.tensor("inputs.key_padding_mask")?.to_bool_tensor("inputs.key_padding_mask", device)?);
+        input.key_padding_mask =
+            Some(fixture.tensor("inputs.key_padding_mask")?.to_bool_tensor("inputs.key_padding_mask", device)?);
     }
     if let Ok(mask) = fixture.tensor("inputs.attn_mask") {
         input.attn_mask = Some(torch_attn_mask(mask, device)?);
@@ -433,7 +474,9 @@ fn run_projected(fixture: &Fixture, config: &ProjectedConfig, weights: &WeightMa
         outputs.push(("intermediates.proj_output".into(), HostTensor::from_tensor(result.proj_output)));
     }
     if fixture.tensors.contains("outputs.attention_weights") {
-        let Some(AttnWeights::Averaged(weights)) = result.attention.attn_weights else { unreachable!("need_weights was set") };
+        let Some(AttnWeights::Averaged(weights)) = result.attention.attn_weights else {
+            unreachable!("need_weights was set")
+        };
         outputs.push(("outputs.attention_weights".into(), HostTensor::from_tensor(weights)));
     }
     Ok(outputs)
@@ -459,13 +502,15 @@ fn run_conversion(fixture: &Fixture, device: &Device) -> Result<(WeightMap, Host
         }
         "keras_to_projected" => {
             let keras = KerasMhaConfig::from_weights(&src).map_err(|e| fixture.error(e))?;
-            let Converted { config, weights } = convert::keras_to_projected(&keras, &src).map_err(|e| fixture.error(e))?;
+            let Converted { config, weights } =
+                convert::keras_to_projected(&keras, &src).map_err(|e| fixture.error(e))?;
             let out = output_of(run_projected(fixture, &config, &weights, device)?, "outputs.output");
             Ok((weights, out))
         }
         "projected_to_keras" => {
             let projected = projected_config(fixture, &src)?;
-            let Converted { config, weights } = convert::projected_to_keras(&projected, &src).map_err(|e| fixture.error(e))?;
+            let Converted { config, weights } =
+                convert::projected_to_keras(&projected, &src).map_err(|e| fixture.error(e))?;
             let mut as_fixture = fixture.clone();
             let x = fixture.tensor("inputs.x")?.clone();
             as_fixture.tensors.insert("inputs.query", x.clone());

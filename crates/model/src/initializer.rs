@@ -88,7 +88,8 @@ impl KerasInitializer {
         match value {
             Value::String(name) => Self::from_name(name),
             Value::Object(map) => {
-                let class = map.get("class_name").and_then(Value::as_str).ok_or_else(|| bad(value, "no `class_name`"))?;
+                let class =
+                    map.get("class_name").and_then(Value::as_str).ok_or_else(|| bad(value, "no `class_name`"))?;
                 Self::from_class(class, map.get("config").unwrap_or(&Value::Null))
             }
             other => Err(bad(other, "expected a name or {\"class_name\": ..., \"config\": {...}}")),
@@ -112,11 +113,15 @@ impl KerasInitializer {
             "lecununiform" => Self::scaling(1.0, FanMode::FanIn, Uniform),
             "lecunnormal" => Self::scaling(1.0, FanMode::FanIn, TruncatedNormal),
             "variancescaling" => {
-                let text = |key: &str, default: &str| config.get(key).and_then(Value::as_str).unwrap_or(default).to_string();
-                let mode = serde_json::from_value(json!(text("mode", "fan_in"))).map_err(|_| bad(config, "`mode` must be fan_in, fan_out or fan_avg"))?;
+                let text =
+                    |key: &str, default: &str| config.get(key).and_then(Value::as_str).unwrap_or(default).to_string();
+                let mode = serde_json::from_value(json!(text("mode", "fan_in")))
+                    .map_err(|_| bad(config, "`mode` must be fan_in, fan_out or fan_avg"))?;
                 let distribution = match text("distribution", "truncated_normal").as_str() {
                     "normal" => TruncatedNormal, // Keras' alias
-                    other => serde_json::from_value(json!(other)).map_err(|_| bad(config, "`distribution` must be truncated_normal, untruncated_normal or uniform"))?,
+                    other => serde_json::from_value(json!(other)).map_err(|_| {
+                        bad(config, "`distribution` must be truncated_normal, untruncated_normal or uniform")
+                    })?,
                 };
                 let scale = number("scale", 1.0)?;
                 if scale <= 0.0 {
@@ -124,9 +129,27 @@ impl KerasInitializer {
                 }
                 Self::scaling(scale, mode, distribution)
             }
-            "randomnormal" | "normal" => Self { distribution: Distribution::RandomNormal { mean: number("mean", 0.0)?, stddev: number("stddev", 0.05)? }, seed: None },
-            "randomuniform" | "uniform" => Self { distribution: Distribution::RandomUniform { minval: number("minval", -0.05)?, maxval: number("maxval", 0.05)? }, seed: None },
-            "truncatednormal" => Self { distribution: Distribution::TruncatedNormal { mean: number("mean", 0.0)?, stddev: number("stddev", 0.05)? }, seed: None },
+            "randomnormal" | "normal" => Self {
+                distribution: Distribution::RandomNormal {
+                    mean: number("mean", 0.0)?,
+                    stddev: number("stddev", 0.05)?,
+                },
+                seed: None,
+            },
+            "randomuniform" | "uniform" => Self {
+                distribution: Distribution::RandomUniform {
+                    minval: number("minval", -0.05)?,
+                    maxval: number("maxval", 0.05)?,
+                },
+                seed: None,
+            },
+            "truncatednormal" => Self {
+                distribution: Distribution::TruncatedNormal {
+                    mean: number("mean", 0.0)?,
+                    stddev: number("stddev", 0.05)?,
+                },
+                seed: None,
+            },
             "zeros" | "zero" => Self::zeros(),
             "ones" | "one" => Self { distribution: Distribution::Constant { value: 1.0 }, seed: None },
             "constant" => Self { distribution: Distribution::Constant { value: number("value", 0.0)? }, seed: None },
@@ -140,7 +163,9 @@ impl KerasInitializer {
         };
         let seed = match config.get("seed") {
             None | Some(Value::Null) => None,
-            Some(v) => Some(v.as_u64().ok_or_else(|| bad(config, &format!("`seed` = {v} is not a non-negative integer")))?),
+            Some(v) => {
+                Some(v.as_u64().ok_or_else(|| bad(config, &format!("`seed` = {v} is not a non-negative integer")))?)
+            }
         };
         Ok(initializer.with_seed(seed))
     }
@@ -159,12 +184,19 @@ impl KerasInitializer {
                 ];
                 match named.iter().find(|(_, s, m, d)| s == scale && m == mode && d == distribution) {
                     Some((class, ..)) => (*class, json!({ "input_axes": null, "output_axes": null })),
-                    None => ("VarianceScaling", json!({ "scale": scale, "mode": mode, "distribution": distribution, "input_axes": null, "output_axes": null })),
+                    None => (
+                        "VarianceScaling",
+                        json!({ "scale": scale, "mode": mode, "distribution": distribution, "input_axes": null, "output_axes": null }),
+                    ),
                 }
             }
             Distribution::RandomNormal { mean, stddev } => ("RandomNormal", json!({ "mean": mean, "stddev": stddev })),
-            Distribution::RandomUniform { minval, maxval } => ("RandomUniform", json!({ "minval": minval, "maxval": maxval })),
-            Distribution::TruncatedNormal { mean, stddev } => ("TruncatedNormal", json!({ "mean": mean, "stddev": stddev })),
+            Distribution::RandomUniform { minval, maxval } => {
+                ("RandomUniform", json!({ "minval": minval, "maxval": maxval }))
+            }
+            Distribution::TruncatedNormal { mean, stddev } => {
+                ("TruncatedNormal", json!({ "mean": mean, "stddev": stddev }))
+            }
             Distribution::Constant { value } if *value == 0.0 => ("Zeros", json!({})),
             Distribution::Constant { value } if *value == 1.0 => ("Ones", json!({})),
             Distribution::Constant { value } => ("Constant", json!({ "value": value })),
@@ -192,8 +224,12 @@ impl KerasInitializer {
         match self.distribution {
             Distribution::Constant { value } => vec![value as f32; n],
             Distribution::TruncatedNormal { mean, stddev } => (0..n).map(|_| truncated(mean, stddev)).collect(),
-            Distribution::RandomNormal { mean, stddev } => (0..n).map(|_| (mean + stddev * rng.normal()) as f32).collect(),
-            Distribution::RandomUniform { minval, maxval } => (0..n).map(|_| (minval + (maxval - minval) * rng.uniform()) as f32).collect(),
+            Distribution::RandomNormal { mean, stddev } => {
+                (0..n).map(|_| (mean + stddev * rng.normal()) as f32).collect()
+            }
+            Distribution::RandomUniform { minval, maxval } => {
+                (0..n).map(|_| (minval + (maxval - minval) * rng.uniform()) as f32).collect()
+            }
             Distribution::VarianceScaling { scale, mode, distribution } => {
                 let fan = match mode {
                     FanMode::FanIn => fan_in as f64,
@@ -202,8 +238,12 @@ impl KerasInitializer {
                 };
                 let scale = scale / fan.max(1.0);
                 match distribution {
-                    ScalingDistribution::TruncatedNormal => (0..n).map(|_| truncated(0.0, scale.sqrt() / TRUNCATION_STDDEV)).collect(),
-                    ScalingDistribution::UntruncatedNormal => (0..n).map(|_| (scale.sqrt() * rng.normal()) as f32).collect(),
+                    ScalingDistribution::TruncatedNormal => {
+                        (0..n).map(|_| truncated(0.0, scale.sqrt() / TRUNCATION_STDDEV)).collect()
+                    }
+                    ScalingDistribution::UntruncatedNormal => {
+                        (0..n).map(|_| (scale.sqrt() * rng.normal()) as f32).collect()
+                    }
                     ScalingDistribution::Uniform => {
                         let limit = (3.0 * scale).sqrt();
                         (0..n).map(|_| (limit * (2.0 * rng.uniform() - 1.0)) as f32).collect()
@@ -263,7 +303,17 @@ mod tests {
         let he = KerasInitializer::from_keras(&json!({"class_name": "HeNormal", "config": {"seed": 3}})).unwrap();
         assert_eq!(he.seed, Some(3));
         assert!(KerasInitializer::from_name("orthogonal").unwrap_err().to_string().contains("orthogonal"));
-        for name in ["glorot_normal", "he_uniform", "lecun_normal", "lecun_uniform", "random_normal", "random_uniform", "truncated_normal", "ones", "constant"] {
+        for name in [
+            "glorot_normal",
+            "he_uniform",
+            "lecun_normal",
+            "lecun_uniform",
+            "random_normal",
+            "random_uniform",
+            "truncated_normal",
+            "ones",
+            "constant",
+        ] {
             let initializer = KerasInitializer::from_name(name).unwrap();
             // The serialized form reads back to the same initializer.
             assert_eq!(KerasInitializer::from_keras(&initializer.to_keras()).unwrap(), initializer, "{name}");

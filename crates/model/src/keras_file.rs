@@ -72,7 +72,8 @@ pub fn read_keras_file(path: &Path) -> Result<Vec<KerasFileLayer>> {
     if bytes.starts_with(b"PK") {
         read_archive(path, bytes)
     } else if bytes.starts_with(b"\x89HDF\r\n\x1a\n") {
-        let weights = hdf5_pure::File::from_bytes(bytes).map_err(|e| ModelError::file(path, format!("not a readable HDF5 file: {e}")))?;
+        let weights = hdf5_pure::File::from_bytes(bytes)
+            .map_err(|e| ModelError::file(path, format!("not a readable HDF5 file: {e}")))?;
         let mut layers = Vec::new();
         find_by_layout(path, &weights, "", 0, &[], &mut 0, &mut layers)?;
         Ok(layers)
@@ -83,14 +84,17 @@ pub fn read_keras_file(path: &Path) -> Result<Vec<KerasFileLayer>> {
 
 /// A `.keras` archive: the attention layers its config names, with the variables at their paths.
 fn read_archive(path: &Path, bytes: Vec<u8>) -> Result<Vec<KerasFileLayer>> {
-    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes)).map_err(|e| ModelError::file(path, format!("not a readable zip archive: {e}")))?;
+    let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
+        .map_err(|e| ModelError::file(path, format!("not a readable zip archive: {e}")))?;
     let mut member = |name: &str| -> Result<Vec<u8>> {
-        let mut file = archive.by_name(name).map_err(|e| ModelError::file(path, format!("archive member {name}: {e}")))?;
+        let mut file =
+            archive.by_name(name).map_err(|e| ModelError::file(path, format!("archive member {name}: {e}")))?;
         let mut out = Vec::new();
         file.read_to_end(&mut out).map_err(|e| ModelError::file(path, format!("archive member {name}: {e}")))?;
         Ok(out)
     };
-    let config: Value = serde_json::from_slice(&member("config.json")?).map_err(|e| ModelError::file(path, format!("config.json: {e}")))?;
+    let config: Value = serde_json::from_slice(&member("config.json")?)
+        .map_err(|e| ModelError::file(path, format!("config.json: {e}")))?;
     let weights = hdf5_pure::File::from_bytes(member("model.weights.h5")?)
         .map_err(|e| ModelError::file(path, format!("model.weights.h5 is not a readable HDF5 file: {e}")))?;
     let mut layers = Vec::new();
@@ -104,7 +108,13 @@ fn read_archive(path: &Path, bytes: Vec<u8>) -> Result<Vec<KerasFileLayer>> {
 
 /// Walks a model config's layer list (and the lists of nested models), recording every
 /// `MultiHeadAttention` with the HDF5 path Keras saved it under.
-fn walk_config(file: &Path, model: &Value, prefix: &str, h5: &hdf5_pure::File, out: &mut Vec<KerasFileLayer>) -> Result<()> {
+fn walk_config(
+    file: &Path,
+    model: &Value,
+    prefix: &str,
+    h5: &hdf5_pure::File,
+    out: &mut Vec<KerasFileLayer>,
+) -> Result<()> {
     let Some(entries) = model.pointer("/config/layers").and_then(Value::as_array) else {
         return Ok(());
     };
@@ -143,17 +153,27 @@ fn find_by_layout(
 ) -> Result<()> {
     *visited += 1;
     if depth > MAX_GROUP_DEPTH || *visited > MAX_GROUPS {
-        return Err(ModelError::file(file, format!("more than {MAX_GROUPS} groups or nesting deeper than {MAX_GROUP_DEPTH} at {prefix:?}: a damaged file (cyclic links?)")));
+        return Err(ModelError::file(
+            file,
+            format!(
+                "more than {MAX_GROUPS} groups or nesting deeper than {MAX_GROUP_DEPTH} at {prefix:?}: a damaged file (cyclic links?)"
+            ),
+        ));
     }
     if known.iter().any(|k| k == prefix) {
         return Ok(());
     }
-    let group = if prefix.is_empty() { h5.root() } else { h5.group(prefix).map_err(|e| ModelError::file(file, format!("{prefix}: {e}")))? };
+    let group = if prefix.is_empty() {
+        h5.root()
+    } else {
+        h5.group(prefix).map_err(|e| ModelError::file(file, format!("{prefix}: {e}")))?
+    };
     let children = group.groups().map_err(|e| ModelError::file(file, format!("{prefix}: {e}")))?;
     if SUBLAYERS.iter().all(|(sublayer, _)| children.iter().any(|c| c == sublayer)) {
         let name = layer_name(h5, prefix).unwrap_or_else(|| prefix.to_string());
         let weights = read_attention_weights(file, h5, prefix, &name)?;
-        let config = KerasMhaConfig::from_weights(&weights).map_err(|e| ModelError::file(file, format!("layer {name} ({prefix}): {e}")))?;
+        let config = KerasMhaConfig::from_weights(&weights)
+            .map_err(|e| ModelError::file(file, format!("layer {name} ({prefix}): {e}")))?;
         out.push(KerasFileLayer { name, path: prefix.to_string(), config, weights });
         return Ok(());
     }
@@ -187,10 +207,18 @@ fn read_attention_weights(file: &Path, h5: &hdf5_pure::File, path: &str, name: &
                 continue;
             }
             let dataset = vars.dataset(&index).map_err(|e| context(&format!("{vars_path}/{index}"), &e))?;
-            let shape: Vec<usize> = dataset.shape().map_err(|e| context(&format!("{vars_path}/{index}"), &e))?.into_iter().map(|d| d as usize).collect();
+            let shape: Vec<usize> = dataset
+                .shape()
+                .map_err(|e| context(&format!("{vars_path}/{index}"), &e))?
+                .into_iter()
+                .map(|d| d as usize)
+                .collect();
             let data = dataset.read_f32().map_err(|e| context(&format!("{vars_path}/{index}"), &e))?;
             if data.len() != shape.iter().product::<usize>() {
-                return Err(context(&format!("{vars_path}/{index}"), &format!("{} values for shape {shape:?}", data.len())));
+                return Err(context(
+                    &format!("{vars_path}/{index}"),
+                    &format!("{} values for shape {shape:?}", data.len()),
+                ));
             }
             weights.insert(format!("{ours}.{variable}"), HostTensor::new(shape, data));
         }
@@ -203,7 +231,8 @@ fn read_attention_weights(file: &Path, h5: &hdf5_pure::File, path: &str, name: &
 /// naming the layer.
 fn config_from_arguments(file: &Path, name: &str, arguments: &Value, weights: &WeightMap) -> Result<KerasMhaConfig> {
     let bad = |argument: &str, why: String| ModelError::file(file, format!("layer {name}: {argument}: {why}"));
-    let sizes = KerasMhaConfig::from_weights(weights).map_err(|e| ModelError::file(file, format!("layer {name}: {e}")))?;
+    let sizes =
+        KerasMhaConfig::from_weights(weights).map_err(|e| ModelError::file(file, format!("layer {name}: {e}")))?;
     let Some(arguments) = arguments.as_object() else {
         return Err(bad("config", "not a JSON object".into()));
     };
@@ -213,25 +242,51 @@ fn config_from_arguments(file: &Path, name: &str, arguments: &Value, weights: &W
         match argument.as_str() {
             "num_heads" => config.num_heads = size().ok_or_else(|| bad(argument, format!("{value} is not a count")))?,
             "key_dim" => config.key_dim = size().ok_or_else(|| bad(argument, format!("{value} is not a size")))?,
-            "value_dim" if !value.is_null() => config.value_dim = Some(size().ok_or_else(|| bad(argument, format!("{value} is not a size")))?),
+            "value_dim" if !value.is_null() => {
+                config.value_dim = Some(size().ok_or_else(|| bad(argument, format!("{value} is not a size")))?)
+            }
             "value_dim" => config.value_dim = Some(config.key_dim),
-            "output_shape" => config.output_shape = output_width(value).map_err(|why| bad(argument, why))?.or(Some(sizes.query_dim)),
-            "use_bias" => config.use_bias = value.as_bool().ok_or_else(|| bad(argument, format!("{value} is not a boolean")))?,
-            "dropout" => config.dropout = value.as_f64().ok_or_else(|| bad(argument, format!("{value} is not a rate")))?,
+            "output_shape" => {
+                config.output_shape = output_width(value).map_err(|why| bad(argument, why))?.or(Some(sizes.query_dim))
+            }
+            "use_bias" => {
+                config.use_bias = value.as_bool().ok_or_else(|| bad(argument, format!("{value} is not a boolean")))?
+            }
+            "dropout" => {
+                config.dropout = value.as_f64().ok_or_else(|| bad(argument, format!("{value} is not a rate")))?
+            }
             "attention_axes" if value.is_null() => config.attention_axes = None,
             "attention_axes" => {
                 let axes: Option<Vec<i64>> = value.as_array().and_then(|a| a.iter().map(Value::as_i64).collect());
-                config.attention_axes = Some(axes.ok_or_else(|| bad(argument, format!("{value} is not a list of axes")))?);
+                config.attention_axes =
+                    Some(axes.ok_or_else(|| bad(argument, format!("{value} is not a list of axes")))?);
             }
-            "use_gate" => config.use_gate = value.as_bool().ok_or_else(|| bad(argument, format!("{value} is not a boolean")))?,
+            "use_gate" => {
+                config.use_gate = value.as_bool().ok_or_else(|| bad(argument, format!("{value} is not a boolean")))?
+            }
             "sliding_window" => config.sliding_window = value.as_u64().map(|w| w as usize),
-            "kernel_initializer" => config.kernel_initializer = KerasInitializer::from_keras(value).map_err(|e| bad(argument, e.to_string()))?,
-            "bias_initializer" => config.bias_initializer = KerasInitializer::from_keras(value).map_err(|e| bad(argument, e.to_string()))?,
+            "kernel_initializer" => {
+                config.kernel_initializer =
+                    KerasInitializer::from_keras(value).map_err(|e| bad(argument, e.to_string()))?
+            }
+            "bias_initializer" => {
+                config.bias_initializer =
+                    KerasInitializer::from_keras(value).map_err(|e| bad(argument, e.to_string()))?
+            }
             "seed" if value.is_null() => config.seed = None,
-            "seed" => config.seed = Some(value.as_u64().ok_or_else(|| bad(argument, format!("{value} is not a non-negative integer")))?),
+            "seed" => {
+                config.seed = Some(
+                    value.as_u64().ok_or_else(|| bad(argument, format!("{value} is not a non-negative integer")))?,
+                )
+            }
             "flash_attention" => config.flash_attention = value.as_bool().unwrap_or(false),
             inert if INERT_ARGUMENTS.contains(&inert) => {}
-            other => return Err(bad(other, format!("{value}: an argument this crate does not know; refusing rather than guessing its meaning"))),
+            other => {
+                return Err(bad(
+                    other,
+                    format!("{value}: an argument this crate does not know; refusing rather than guessing its meaning"),
+                ));
+            }
         }
     }
     // The arguments must describe the variables that were saved.
@@ -262,7 +317,10 @@ pub fn write_keras_archive(path: &Path, name: &str, config: &KerasMhaConfig, wei
     use std::io::Write;
     let h5 = weights_h5_bytes(config, weights).map_err(|e| ModelError::file(path, e))?;
     let model_config = serde_json::to_vec(&functional_config(name, config)?).map_err(|e| ModelError::file(path, e))?;
-    let metadata = serde_json::to_vec(&serde_json::json!({ "keras_version": "3.15.1", "date_saved": "written by keras-mha-burn" })).map_err(|e| ModelError::file(path, e))?;
+    let metadata = serde_json::to_vec(
+        &serde_json::json!({ "keras_version": "3.15.1", "date_saved": "written by keras-mha-burn" }),
+    )
+    .map_err(|e| ModelError::file(path, e))?;
     let mut archive = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
     // Keras writes its archives uncompressed.
     let options = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
@@ -314,9 +372,7 @@ fn functional_config(name: &str, config: &KerasMhaConfig) -> Result<Value> {
             "config": { "batch_shape": shape(width), "dtype": "float32", "sparse": false, "ragged": false, "name": input_name, "optional": false },
         })
     };
-    let tensor = |input_name: &str, width: usize| {
-        json!({ "class_name": "__keras_tensor__", "config": { "shape": shape(width), "dtype": "float32", "keras_history": [input_name, 0, 0] } })
-    };
+    let tensor = |input_name: &str, width: usize| json!({ "class_name": "__keras_tensor__", "config": { "shape": shape(width), "dtype": "float32", "keras_history": [input_name, 0, 0] } });
     let attention_axes = match &config.attention_axes {
         Some(axes) => json!(axes),
         None => json!((1..rank as i64 - 1).collect::<Vec<_>>()),
@@ -425,7 +481,10 @@ mod tests {
     #[test]
     fn repeats_are_numbered_per_class() {
         let mut used = HashMap::new();
-        let names: Vec<String> = ["dense", "multi_head_attention", "dense", "dense"].iter().map(|n| unique_name(n.to_string(), &mut used)).collect();
+        let names: Vec<String> = ["dense", "multi_head_attention", "dense", "dense"]
+            .iter()
+            .map(|n| unique_name(n.to_string(), &mut used))
+            .collect();
         assert_eq!(names, ["dense", "multi_head_attention", "dense_1", "dense_2"]);
     }
 }

@@ -42,11 +42,14 @@ use burn::nn::Linear;
 use burn::tensor::activation::sigmoid;
 use burn::tensor::{Bool, Device, Tensor, TensorData};
 
-use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, attend, burn_fused_attention, fresh_seed, masked_softmax, probs_dropout, merge_heads, scaled_logits, split_heads, transpose_heads};
-use crate::fused::{self, BoolMask, FusedCall, linear_forward};
+use crate::attention::{
+    AttentionPath, CallTraits, FullyMaskedRows, attend, burn_fused_attention, fresh_seed, masked_softmax, merge_heads,
+    probs_dropout, scaled_logits, split_heads, transpose_heads,
+};
 use crate::dense::{linear, linear_weights};
-use crate::initializer::{KerasInitializer, keras_fans};
 use crate::error::{ModelError, Result};
+use crate::fused::{self, BoolMask, FusedCall, linear_forward};
+use crate::initializer::{KerasInitializer, keras_fans};
 use crate::weights::WeightMap;
 
 /// The constructor arguments of `keras.layers.MultiHeadAttention`, plus the input widths that
@@ -116,7 +119,8 @@ pub struct KerasMhaDims {
 impl KerasMhaConfig {
     /// Checks every field and resolves the defaults.
     pub fn dims(&self) -> Result<KerasMhaDims> {
-        for (field, value) in [("num_heads", self.num_heads), ("key_dim", self.key_dim), ("query_dim", self.query_dim)] {
+        for (field, value) in [("num_heads", self.num_heads), ("key_dim", self.key_dim), ("query_dim", self.query_dim)]
+        {
             if value == 0 {
                 return Err(ModelError::config(field, value, "must be at least 1"));
             }
@@ -135,10 +139,21 @@ impl KerasMhaConfig {
             return Err(ModelError::config("dropout", self.dropout, "must be in [0, 1)"));
         }
         if self.attention_axes.as_ref().is_some_and(Vec::is_empty) {
-            return Err(ModelError::config("attention_axes", "[]", "must name at least one axis (None = Keras' default)"));
+            return Err(ModelError::config(
+                "attention_axes",
+                "[]",
+                "must name at least one axis (None = Keras' default)",
+            ));
         }
         if self.flash_attention && self.dropout > 0.0 {
-            return Err(ModelError::config("flash_attention", true, format!("cannot be combined with dropout = {} (Keras' rule: its flash kernel has no dropout)", self.dropout)));
+            return Err(ModelError::config(
+                "flash_attention",
+                true,
+                format!(
+                    "cannot be combined with dropout = {} (Keras' rule: its flash kernel has no dropout)",
+                    self.dropout
+                ),
+            ));
         }
         if self.sliding_window == Some(0) {
             return Err(ModelError::config("sliding_window", 0, "must be a positive integer (Keras' rule)"));
@@ -160,8 +175,11 @@ impl KerasMhaConfig {
     pub fn from_weights(weights: &WeightMap) -> Result<Self> {
         let kernel = |name: &str| -> Result<[usize; 3]> {
             let shape = &weights.get(name)?.shape;
-            <[usize; 3]>::try_from(shape.as_slice())
-                .map_err(|_| ModelError::TensorRank { name: name.to_string(), expected: 3, found: shape.clone() })
+            <[usize; 3]>::try_from(shape.as_slice()).map_err(|_| ModelError::TensorRank {
+                name: name.to_string(),
+                expected: 3,
+                found: shape.clone(),
+            })
         };
         let [dq, h, k] = kernel("query.kernel")?;
         let [dk, _, _] = kernel("key.kernel")?;
@@ -188,11 +206,18 @@ impl KerasMhaConfig {
             let kernel = self.kernel_initializer.sample(&kernel_shape, (rows, cols), fresh_seed(device));
             let bias = self.use_bias.then(|| {
                 let shape = dense.bias_shape(kernel_shape);
-                Tensor::from_data(TensorData::new(self.bias_initializer.sample(&shape, keras_fans(&shape), fresh_seed(device)), [cols]), device)
+                Tensor::from_data(
+                    TensorData::new(
+                        self.bias_initializer.sample(&shape, keras_fans(&shape), fresh_seed(device)),
+                        [cols],
+                    ),
+                    device,
+                )
             });
             linear(Tensor::from_data(TensorData::new(kernel, [rows, cols]), device), bias)
         };
-        let layers = KERAS_DENSE.iter().zip(d.kernel_shapes()).map(|(dense, kernel_shape)| dense_layer(dense, kernel_shape));
+        let layers =
+            KERAS_DENSE.iter().zip(d.kernel_shapes()).map(|(dense, kernel_shape)| dense_layer(dense, kernel_shape));
         let gate = self.use_gate.then(|| dense_layer(&KERAS_GATE, d.gate_shape()));
         Ok(KerasMha::from_layers(layers.collect(), gate, d, self))
     }
@@ -213,10 +238,18 @@ impl KerasMhaConfig {
             };
             Ok(linear(kernel.to_tensor(dense.kernel, device)?, bias))
         };
-        let layers = KERAS_DENSE.iter().zip(d.kernel_shapes()).map(|(dense, shape)| dense_layer(dense, shape)).collect::<Result<Vec<_>>>()?;
+        let layers = KERAS_DENSE
+            .iter()
+            .zip(d.kernel_shapes())
+            .map(|(dense, shape)| dense_layer(dense, shape))
+            .collect::<Result<Vec<_>>>()?;
         let gate = self.use_gate.then(|| dense_layer(&KERAS_GATE, d.gate_shape())).transpose()?;
         let gate_names = [KERAS_GATE.kernel, KERAS_GATE.bias];
-        let known: Vec<&str> = KERAS_DENSE.iter().flat_map(|d| [d.kernel, d.bias]).chain(gate_names.into_iter().filter(|_| self.use_gate)).collect();
+        let known: Vec<&str> = KERAS_DENSE
+            .iter()
+            .flat_map(|d| [d.kernel, d.bias])
+            .chain(gate_names.into_iter().filter(|_| self.use_gate))
+            .collect();
         weights.reject_unknown(&known)?;
         Ok(KerasMha::from_layers(layers, gate, d, self))
     }
@@ -376,7 +409,11 @@ impl KerasMhaInput {
         if let Some(mask) = &self.attention_mask
             && mask.dims() != shape
         {
-            return Err(ModelError::InputShape { input: "attention_mask", expected: format!("{shape:?}"), found: mask.dims().to_vec() });
+            return Err(ModelError::InputShape {
+                input: "attention_mask",
+                expected: format!("{shape:?}"),
+                found: mask.dims().to_vec(),
+            });
         }
         if self.query_mask.is_none() && self.value_mask.is_none() && self.key_mask.is_none() {
             return Ok(self);
@@ -385,7 +422,11 @@ impl KerasMhaInput {
             if mask.dims() == expected {
                 Ok(())
             } else {
-                Err(ModelError::InputShape { input: name, expected: format!("{expected:?}"), found: mask.dims().to_vec() })
+                Err(ModelError::InputShape {
+                    input: name,
+                    expected: format!("{expected:?}"),
+                    found: mask.dims().to_vec(),
+                })
             }
         };
         let mut parts = Vec::new();
@@ -459,8 +500,12 @@ impl KerasMha {
         if let Some(window) = self.sliding_window {
             let [batch, query_len, _] = input.query.dims();
             let source_len = input.value.dims()[1];
-            let band: Vec<bool> = (0..query_len).flat_map(|t| (0..source_len).map(move |s| t.abs_diff(s) < window)).collect();
-            let band = Tensor::<2, Bool>::from_data(burn::tensor::TensorData::new(band, [query_len, source_len]), &input.query.device());
+            let band: Vec<bool> =
+                (0..query_len).flat_map(|t| (0..source_len).map(move |s| t.abs_diff(s) < window)).collect();
+            let band = Tensor::<2, Bool>::from_data(
+                burn::tensor::TensorData::new(band, [query_len, source_len]),
+                &input.query.device(),
+            );
             let band = band.unsqueeze_dim::<3>(0).expand([batch, query_len, source_len]); // [B, T, S]
             input.attention_mask = Some(match input.attention_mask.take() {
                 Some(mask) => mask.bool_and(band),
@@ -496,7 +541,11 @@ impl KerasMha {
     /// Keras refuses to return scores from a layer built with `flash_attention`.
     pub(crate) fn check_flash(&self, return_attention_scores: bool) -> Result<()> {
         match self.flash_attention && return_attention_scores {
-            true => Err(ModelError::config("flash_attention", true, "returning attention scores is not supported with flash attention (Keras' rule); build the layer without it")),
+            true => Err(ModelError::config(
+                "flash_attention",
+                true,
+                "returning attention scores is not supported with flash attention (Keras' rule); build the layer without it",
+            )),
             false => Ok(()),
         }
     }
@@ -542,7 +591,8 @@ impl KerasMha {
         // A seeded layer counts its dropout calls only, as Keras' seed generator advances only
         // when dropout draws.
         let rate = if input.training { self.dropout } else { 0.0 };
-        let seed = self.seed.filter(|_| rate > 0.0).map(|seed| [seed, self.dropout_calls.fetch_add(1, Ordering::Relaxed)]);
+        let seed =
+            self.seed.filter(|_| rate > 0.0).map(|seed| [seed, self.dropout_calls.fetch_add(1, Ordering::Relaxed)]);
         let dropout = probs_dropout(rate, seed, &q.device());
         let kernel_call = |attention_mask: Option<Tensor<3, Bool>>| {
             let allowed = attention_mask.map(|mask| BoolMask::from_tensor(mask.unsqueeze_dim(1))); // [B, 1, T, S]
@@ -558,19 +608,35 @@ impl KerasMha {
             // In training they come from a masked softmax beside the kernel, differentiable.
             AttentionPath::Kernel => {
                 let probs = input.return_attention_scores.then(|| {
-                    let blocked = blocked_pairs(input.attention_mask.clone(), input.use_causal_mask, [batch, h, query_len, source_len], &q.device());
+                    let blocked = blocked_pairs(
+                        input.attention_mask.clone(),
+                        input.use_causal_mask,
+                        [batch, h, query_len, source_len],
+                        &q.device(),
+                    );
                     masked_softmax(scaled_logits(q.clone(), kk.clone(), scale), blocked, rows) // [B, h, T, S]
                 });
                 (fused::fused_attention(q, kk, v, kernel_call(input.attention_mask)), probs) // [B, T, h, v]
             }
             AttentionPath::BurnFused => {
-                let blocked = blocked_pairs(input.attention_mask, input.use_causal_mask, [batch, h, query_len, source_len], &q.device());
+                let blocked = blocked_pairs(
+                    input.attention_mask,
+                    input.use_causal_mask,
+                    [batch, h, query_len, source_len],
+                    &q.device(),
+                );
                 (burn_fused_attention(q, kk, v, blocked), None) // [B, T, h, v]
             }
             AttentionPath::Exact => {
-                let blocked = blocked_pairs(input.attention_mask, input.use_causal_mask, [batch, h, query_len, source_len], &q.device());
+                let blocked = blocked_pairs(
+                    input.attention_mask,
+                    input.use_causal_mask,
+                    [batch, h, query_len, source_len],
+                    &q.device(),
+                );
                 let logits = scaled_logits(q, kk, scale); // [B, h, T, S]
-                let (context, probs) = attend(logits, transpose_heads(v), blocked, rows, dropout, input.return_attention_scores); // [B, h, T, v], [B, h, T, S]
+                let (context, probs) =
+                    attend(logits, transpose_heads(v), blocked, rows, dropout, input.return_attention_scores); // [B, h, T, v], [B, h, T, S]
                 (transpose_heads(context), probs) // [B, T, h, v]
             }
         };
@@ -607,7 +673,10 @@ impl KerasMha {
         } else if self.key.weight.dims()[0] != self.value.weight.dims()[0] {
             return Err(ModelError::InputShape {
                 input: "key",
-                expected: format!("a key tensor of width {} (it differs from the value width)", self.key.weight.dims()[0]),
+                expected: format!(
+                    "a key tensor of width {} (it differs from the value width)",
+                    self.key.weight.dims()[0]
+                ),
                 found: vec![],
             });
         }

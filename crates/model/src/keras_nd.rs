@@ -94,7 +94,11 @@ pub fn resolve_attention_axes(axes: Option<&[i64]>, rank: usize) -> Result<Vec<u
             return Err(ModelError::config(
                 "attention_axes",
                 format!("{axes:?}"),
-                format!("axis {axis} of a rank-{rank} input is not a position axis (1..={}, or -{}..=-2)", rank - 2, rank - 1),
+                format!(
+                    "axis {axis} of a rank-{rank} input is not a position axis (1..={}, or -{}..=-2)",
+                    rank - 2,
+                    rank - 1
+                ),
             ));
         }
         if resolved.contains(&(at as usize)) {
@@ -165,7 +169,11 @@ impl KerasMha {
     /// flattened axes.
     pub fn forward_nd<const D: usize>(&self, input: KerasMhaNdInput<D>) -> Result<KerasMhaNdOutput<D>> {
         if D < 3 {
-            return Err(ModelError::InputShape { input: "query", expected: "rank 3 or more: [B, ..., D]".into(), found: input.query.dims().to_vec() });
+            return Err(ModelError::InputShape {
+                input: "query",
+                expected: "rank 3 or more: [B, ..., D]".into(),
+                found: input.query.dims().to_vec(),
+            });
         }
         self.check_flash(input.return_attention_scores)?;
         let layout = AxisLayout::<D>::new(resolve_attention_axes(self.attention_axes.as_deref(), D)?);
@@ -183,17 +191,22 @@ impl KerasMha {
         if let Some(key) = &input.key
             && key.dims()[..D - 1] != value_dims[..D - 1]
         {
-            return Err(ModelError::InputShape { input: "key", expected: format!("the value's sizes but the last: {:?}", &value_dims[..D - 1]), found: key.dims().to_vec() });
+            return Err(ModelError::InputShape {
+                input: "key",
+                expected: format!("the value's sizes but the last: {:?}", &value_dims[..D - 1]),
+                found: key.dims().to_vec(),
+            });
         }
         let mask = self.nd_attention_mask(&input, &layout, query_dims, value_dims)?;
         let rows = if D == 3 { self.fully_masked_rows(input.return_attention_scores) } else { FullyMaskedRows::Zero };
 
         let device = input.query.device();
         let flat = KerasMhaInput {
-            query: layout.flatten(input.query), // [B', T', Dq]
-            value: layout.flatten(input.value), // [B', S', Dv]
+            query: layout.flatten(input.query),            // [B', T', Dq]
+            value: layout.flatten(input.value),            // [B', S', Dv]
             key: input.key.map(|key| layout.flatten(key)), // [B', S', Dk]
-            attention_mask: mask.map(|(mask, shape)| Tensor::<3, Bool>::from_data(TensorData::new(mask.into_data(), shape), &device)), // [B', T', S']
+            attention_mask: mask
+                .map(|(mask, shape)| Tensor::<3, Bool>::from_data(TensorData::new(mask.into_data(), shape), &device)), // [B', T', S']
             query_mask: None,
             value_mask: None,
             key_mask: None,
@@ -210,7 +223,7 @@ impl KerasMha {
             .collect();
         Ok(KerasMhaNdOutput {
             output: layout.unflatten(result.output, &query_dims), // [B, a_1, ..., O]
-            attention_scores: result.attention_scores, // [B', h, T', S']
+            attention_scores: result.attention_scores,            // [B', h, T', S']
             attention_scores_shape,
         })
     }
@@ -233,7 +246,10 @@ impl KerasMha {
             parts.push(("the causal mask", NdMask::from_fn(vec![1, query_len, source_len], |i| i[2] <= i[1])));
         }
         if let Some(window) = self.sliding_window {
-            parts.push(("the sliding window", NdMask::from_fn(vec![1, query_len, source_len], |i| i[1].abs_diff(i[2]) < window)));
+            parts.push((
+                "the sliding window",
+                NdMask::from_fn(vec![1, query_len, source_len], |i| i[1].abs_diff(i[2]) < window),
+            ));
         }
         parts.extend(input.attention_mask.clone().map(|m| ("attention_mask", m)));
         let mut parts = parts.into_iter();
@@ -252,21 +268,34 @@ impl KerasMha {
         let n = layout.attention.len();
         let scores_rank = heads_axis + 1 + 2 * n;
         if mask.shape().len() > scores_rank {
-            return Err(ModelError::InputShape { input: "attention_mask", expected: format!("rank at most {scores_rank} (the scores')"), found: mask.shape().to_vec() });
+            return Err(ModelError::InputShape {
+                input: "attention_mask",
+                expected: format!("rank at most {scores_rank} (the scores')"),
+                found: mask.shape().to_vec(),
+            });
         }
         while mask.shape().len() < scores_rank {
             mask = mask.expand_dims(-2 * n as isize - 1);
         }
         if mask.shape()[heads_axis] != 1 {
-            return Err(ModelError::InputShape { input: "attention_mask", expected: "size 1 on the heads axis (per-head masks are not supported)".into(), found: mask.shape().to_vec() });
+            return Err(ModelError::InputShape {
+                input: "attention_mask",
+                expected: "size 1 on the heads axis (per-head masks are not supported)".into(),
+                found: mask.shape().to_vec(),
+            });
         }
         let batch = layout.batch.iter().map(|&a| query_dims[a]);
-        let shape: Vec<usize> =
-            batch.chain([1]).chain(layout.attention.iter().map(|&a| query_dims[a])).chain(layout.attention.iter().map(|&a| value_dims[a])).collect();
+        let shape: Vec<usize> = batch
+            .chain([1])
+            .chain(layout.attention.iter().map(|&a| query_dims[a]))
+            .chain(layout.attention.iter().map(|&a| value_dims[a]))
+            .collect();
         let found = mask.shape().to_vec();
         let mask = mask.broadcast_to(&shape).ok_or_else(|| ModelError::InputShape {
             input: "attention_mask",
-            expected: format!("a mask that broadcasts to the scores without the heads {shape:?} (after Keras' expansion)"),
+            expected: format!(
+                "a mask that broadcasts to the scores without the heads {shape:?} (after Keras' expansion)"
+            ),
             found,
         })?;
         let flat = [
@@ -290,7 +319,9 @@ mod tests {
         // Keras counts a negative axis from the projected tensor's end: -3 of a rank-4 input is 1.
         assert_eq!(resolve_attention_axes(Some(&[-3]), 4).unwrap(), [1]);
         assert_eq!(resolve_attention_axes(Some(&[3, 1]), 5).unwrap(), [3, 1]);
-        for (axes, rank) in [(None, 3), (Some(&[1][..]), 3), (Some(&[-2]), 3), (Some(&[1, 2]), 4), (Some(&[-3]), 4), (Some(&[3, 1]), 5)] {
+        for (axes, rank) in
+            [(None, 3), (Some(&[1][..]), 3), (Some(&[-2]), 3), (Some(&[1, 2]), 4), (Some(&[-3]), 4), (Some(&[3, 1]), 5)]
+        {
             assert_eq!(smallest_input_rank(axes), rank, "{axes:?}");
             assert!(resolve_attention_axes(axes, rank).is_ok(), "{axes:?} fit rank {rank}");
         }
@@ -305,7 +336,10 @@ mod tests {
         let layout = AxisLayout::<5>::new(vec![3, 1]);
         assert_eq!(layout.batch, [0, 2]);
         assert_eq!(layout.permutation, [0, 2, 3, 1, 4]);
-        let x = Tensor::<5>::from_data(TensorData::new((0..720).map(|v| v as f32).collect::<Vec<_>>(), [2, 3, 4, 5, 6]), &device);
+        let x = Tensor::<5>::from_data(
+            TensorData::new((0..720).map(|v| v as f32).collect::<Vec<_>>(), [2, 3, 4, 5, 6]),
+            &device,
+        );
         let flat = layout.flatten(x.clone());
         assert_eq!(flat.dims(), [8, 15, 6]);
         let back = layout.unflatten(flat, &x.dims());

@@ -85,7 +85,14 @@ impl ProjectedConfig {
 }
 
 /// Takes `{prefix}.weight (out, in)` and `{prefix}.bias (out)` out of `weights` as a Linear.
-fn torch_linear_from(weights: &mut WeightMap, prefix: &str, d_in: usize, d_out: usize, bias: bool, device: &Device) -> Result<Linear> {
+fn torch_linear_from(
+    weights: &mut WeightMap,
+    prefix: &str,
+    d_in: usize,
+    d_out: usize,
+    bias: bool,
+    device: &Device,
+) -> Result<Linear> {
     let weight_name = format!("{prefix}.weight");
     let bias_name = format!("{prefix}.bias");
     let weight = weights.expect(&weight_name, &[d_out, d_in])?.transposed().to_tensor(&weight_name, device)?;
@@ -150,10 +157,15 @@ impl ProjectedModel {
         let [_, _, width] = input.x.dims();
         let in_features = self.proj.weight.dims()[0];
         if width != in_features {
-            return Err(ModelError::InputShape { input: "x", expected: format!("[B, T, {in_features}]"), found: input.x.dims().to_vec() });
+            return Err(ModelError::InputShape {
+                input: "x",
+                expected: format!("[B, T, {in_features}]"),
+                found: input.x.dims().to_vec(),
+            });
         }
         let z = linear_forward(&self.proj, input.x); // [B, T, E]
-        let mut call = TorchMhaInput::self_attention(z.clone()).need_weights(input.need_weights).training(input.training);
+        let mut call =
+            TorchMhaInput::self_attention(z.clone()).need_weights(input.need_weights).training(input.training);
         call.key_padding_mask = input.key_padding_mask;
         call.attn_mask = input.attn_mask;
         let attention = self.mha.forward(call)?; // output [B, T, E]

@@ -14,7 +14,10 @@ impl Rng {
             seed = splitmix64(&mut (seed ^ p.wrapping_mul(0xD6E8_FEB8_6659_FD93)));
         }
         let mut s = seed;
-        Self { state: [splitmix64(&mut s), splitmix64(&mut s), splitmix64(&mut s), splitmix64(&mut s)], spare_normal: None }
+        Self {
+            state: [splitmix64(&mut s), splitmix64(&mut s), splitmix64(&mut s), splitmix64(&mut s)],
+            spare_normal: None,
+        }
     }
 
     pub fn next_u64(&mut self) -> u64 {

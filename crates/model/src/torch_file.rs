@@ -23,8 +23,17 @@ use crate::torch_mha::TorchMhaConfig;
 use crate::weights::{HostTensor, WeightMap, f32s_from_le_bytes};
 
 /// Names (after the prefix) of an `nn.MultiheadAttention`'s tensors.
-const TORCH_MHA_TENSORS: [&str; 9] =
-    ["in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias", "bias_k", "bias_v"];
+const TORCH_MHA_TENSORS: [&str; 9] = [
+    "in_proj_weight",
+    "q_proj_weight",
+    "k_proj_weight",
+    "v_proj_weight",
+    "in_proj_bias",
+    "out_proj.weight",
+    "out_proj.bias",
+    "bias_k",
+    "bias_v",
+];
 
 /// What an attention layer of a checkpoint belongs to.
 #[derive(Debug, Clone)]
@@ -62,7 +71,8 @@ impl TorchFileLayer {
 /// sits under a key (`model_state_dict`, `state_dict`, ...) has that key in the prefix
 /// (`model_state_dict.attn.`). `num_heads` is the layers' head count.
 pub fn read_torch_file(path: &Path, num_heads: usize) -> Result<Vec<TorchFileLayer>> {
-    let reader = PytorchReader::new(path).map_err(|e| ModelError::file(path, format!("not a readable PyTorch checkpoint: {e}")))?;
+    let reader = PytorchReader::new(path)
+        .map_err(|e| ModelError::file(path, format!("not a readable PyTorch checkpoint: {e}")))?;
     let mut names: Vec<String> = reader.keys();
     names.sort();
     let prefixes: Vec<String> = names
@@ -75,8 +85,15 @@ pub fn read_torch_file(path: &Path, num_heads: usize) -> Result<Vec<TorchFileLay
         let bytes = tensor.read().map_err(|e| ModelError::file(path, format!("tensor {name}: {e}")))?;
         let data: Vec<f32> = match tensor.dtype() {
             DType::F32 => f32s_from_le_bytes(&bytes),
-            DType::F64 => bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32).collect(),
-            other => return Err(ModelError::file(path, format!("tensor {name} is {other:?}; float32 and float64 are supported"))),
+            DType::F64 => {
+                bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32).collect()
+            }
+            other => {
+                return Err(ModelError::file(
+                    path,
+                    format!("tensor {name} is {other:?}; float32 and float64 are supported"),
+                ));
+            }
         };
         let shape = tensor.shape().to_vec();
         if data.len() != shape.iter().product::<usize>() {
@@ -93,7 +110,8 @@ pub fn read_torch_file(path: &Path, num_heads: usize) -> Result<Vec<TorchFileLay
                 weights.insert(local, read(name)?);
             }
         }
-        let config = config_from_weights(&weights, num_heads).map_err(|e| ModelError::file(path, format!("nn.MultiheadAttention at {prefix:?}: {e}")))?;
+        let config = config_from_weights(&weights, num_heads)
+            .map_err(|e| ModelError::file(path, format!("nn.MultiheadAttention at {prefix:?}: {e}")))?;
         // `<p>mha.` between `<p>proj.` and `<p>final.`: the projected model.
         let outer = prefix.strip_suffix("mha.").filter(|p| reader.get(&format!("{p}proj.weight")).is_some());
         let Some(outer) = outer else {
@@ -109,7 +127,12 @@ pub fn read_torch_file(path: &Path, num_heads: usize) -> Result<Vec<TorchFileLay
                 weights.insert(&name[outer.len()..], read(&name)?);
             }
         }
-        projected.output_dim = weights.get("final.weight").ok().map(|w| axis(w, "final.weight", 0)).transpose().map_err(|e| ModelError::file(path, e))?;
+        projected.output_dim = weights
+            .get("final.weight")
+            .ok()
+            .map(|w| axis(w, "final.weight", 0))
+            .transpose()
+            .map_err(|e| ModelError::file(path, e))?;
         layers.push(TorchFileLayer { prefix: outer.to_string(), model: TorchFileModel::Projected(projected), weights });
     }
     Ok(layers)
@@ -119,9 +142,16 @@ pub fn read_torch_file(path: &Path, num_heads: usize) -> Result<Vec<TorchFileLay
 fn config_from_weights(weights: &WeightMap, num_heads: usize) -> Result<TorchMhaConfig> {
     let embed_dim = axis(weights.get("out_proj.weight")?, "out_proj.weight", 0)?;
     if num_heads == 0 || embed_dim % num_heads != 0 {
-        return Err(ModelError::config("num_heads", num_heads, format!("must divide the embedding width {embed_dim} (the head count is not stored in a state dict: pass it)")));
+        return Err(ModelError::config(
+            "num_heads",
+            num_heads,
+            format!(
+                "must divide the embedding width {embed_dim} (the head count is not stored in a state dict: pass it)"
+            ),
+        ));
     }
-    let input_width = |name: &str| -> Result<Option<usize>> { weights.get(name).ok().map(|w| axis(w, name, 1)).transpose() };
+    let input_width =
+        |name: &str| -> Result<Option<usize>> { weights.get(name).ok().map(|w| axis(w, name, 1)).transpose() };
     let (kdim, vdim) = (input_width("k_proj_weight")?, input_width("v_proj_weight")?);
     Ok(TorchMhaConfig::new(embed_dim, num_heads)
         .with_kdim(kdim)
@@ -133,5 +163,9 @@ fn config_from_weights(weights: &WeightMap, num_heads: usize) -> Result<TorchMha
 /// Axis `index` of a 2-D weight's shape, or an error naming the tensor (a damaged file's tensor
 /// may have fewer axes than its name implies).
 fn axis(weight: &HostTensor, name: &str, index: usize) -> Result<usize> {
-    weight.shape.get(index).copied().ok_or_else(|| ModelError::TensorRank { name: name.to_string(), expected: 2, found: weight.shape.clone() })
+    weight.shape.get(index).copied().ok_or_else(|| ModelError::TensorRank {
+        name: name.to_string(),
+        expected: 2,
+        found: weight.shape.clone(),
+    })
 }

@@ -27,10 +27,13 @@ use burn::module::{Module, Param};
 use burn::nn::{Initializer, Linear};
 use burn::tensor::{Bool, Device, Tensor};
 
-use crate::attention::{AttentionPath, CallTraits, FullyMaskedRows, ProbsDropout, attend, burn_fused_attention, dropout_probs, masked_softmax, probs_dropout, merge_heads, scaled_logits, split_heads, transpose_heads};
-use crate::fused::{self, BoolMask, FloatBias, FusedCall, linear_forward};
+use crate::attention::{
+    AttentionPath, CallTraits, FullyMaskedRows, ProbsDropout, attend, burn_fused_attention, dropout_probs,
+    masked_softmax, merge_heads, probs_dropout, scaled_logits, split_heads, transpose_heads,
+};
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
+use crate::fused::{self, BoolMask, FloatBias, FusedCall, linear_forward};
 use crate::weights::{HostTensor, WeightMap};
 
 /// The constructor arguments of `torch.nn.MultiheadAttention`.
@@ -101,7 +104,11 @@ impl TorchMhaConfig {
         let out_limit = 1.0 / (e as f64).sqrt();
         let out_weight = Initializer::Uniform { min: -out_limit, max: out_limit }.init::<2, _>([e, e], device).val();
         // torch: xavier_normal_ on [1, 1, E] (fan_in = fan_out = E).
-        let bias_row = || self.add_bias_kv.then(|| Initializer::Normal { mean: 0.0, std: (1.0 / e as f64).sqrt() }.init::<3, _>([1, 1, e], device));
+        let bias_row = || {
+            self.add_bias_kv.then(|| {
+                Initializer::Normal { mean: 0.0, std: (1.0 / e as f64).sqrt() }.init::<3, _>([1, 1, e], device)
+            })
+        };
         Ok(TorchMha {
             query: linear(xavier(e, in_fan_out), zeros()),
             key: linear(xavier(kdim, in_fan_out), zeros()),
@@ -150,7 +157,9 @@ impl TorchMhaConfig {
         let (bias_k, bias_v) = match self.add_bias_kv {
             true => {
                 known.extend(["bias_k", "bias_v"]);
-                let row = |name: &str| -> Result<Param<Tensor<3>>> { Ok(Param::from_tensor(weights.expect(name, &[1, 1, e])?.to_tensor(name, device)?)) };
+                let row = |name: &str| -> Result<Param<Tensor<3>>> {
+                    Ok(Param::from_tensor(weights.expect(name, &[1, 1, e])?.to_tensor(name, device)?))
+                };
                 (Some(row("bias_k")?), Some(row("bias_v")?))
             }
             false => (None, None),
@@ -215,7 +224,10 @@ impl AttnMask {
 
 /// The masks of an `add_bias_kv` or `add_zero_attn` call: an allowed column for the appended key,
 /// as torch pads them (`key_padding_mask [B, S+1]`, `attn_mask [*, T, S+1]`).
-fn zero_attn_columns(key_padding_mask: Option<Tensor<2, Bool>>, attn_mask: Option<AttnMask>) -> (Option<Tensor<2, Bool>>, Option<AttnMask>) {
+fn zero_attn_columns(
+    key_padding_mask: Option<Tensor<2, Bool>>,
+    attn_mask: Option<AttnMask>,
+) -> (Option<Tensor<2, Bool>>, Option<AttnMask>) {
     let key_padding_mask = key_padding_mask.map(|mask| {
         let [batch, _] = mask.dims();
         let column = Tensor::<2>::zeros([batch, 1], &mask.device()).greater_elem(0.0); // [B, 1], false
@@ -286,13 +298,20 @@ impl TorchMhaInput {
             return Ok(self);
         }
         if self.attn_mask.is_none() {
-            return Err(ModelError::config("is_causal", true, "needs attn_mask (torch: \"Need attn_mask if specifying the is_causal hint\")"));
+            return Err(ModelError::config(
+                "is_causal",
+                true,
+                "needs attn_mask (torch: \"Need attn_mask if specifying the is_causal hint\")",
+            ));
         }
         if self.key_padding_mask.is_none() && !self.need_weights {
             let length_axis = if batch_first { 1 } else { 0 };
             let (query_len, source_len) = (self.query.dims()[length_axis], self.key.dims()[length_axis]);
             let blocked: Vec<bool> = (0..query_len).flat_map(|t| (0..source_len).map(move |s| s > t)).collect();
-            let causal = Tensor::<2, Bool>::from_data(burn::tensor::TensorData::new(blocked, [query_len, source_len]), &self.query.device());
+            let causal = Tensor::<2, Bool>::from_data(
+                burn::tensor::TensorData::new(blocked, [query_len, source_len]),
+                &self.query.device(),
+            );
             self.attn_mask = Some(AttnMask::bool_2d(causal));
         }
         self.is_causal = false;
@@ -434,7 +453,11 @@ impl TorchMha {
                     true => {
                         let (blocked, bias) = blocked_and_bias(key_padding_mask.clone(), attn_mask.clone(), shape)?;
                         // The kernel's keep-mask, drawn here too.
-                        let probs = weights_after_dropout(logits_with_bias(q.clone(), k.clone(), scale, bias), blocked, dropout); // [B, h, T, S]
+                        let probs = weights_after_dropout(
+                            logits_with_bias(q.clone(), k.clone(), scale, bias),
+                            blocked,
+                            dropout,
+                        ); // [B, h, T, S]
                         Some(AttnWeights::of(probs, input.average_attn_weights))
                     }
                     false => None,
@@ -492,11 +515,10 @@ impl TorchMha {
     /// The weights under torch's state_dict names (see [`TorchMhaConfig::init_with_state_dict`]).
     pub fn state_dict(&self) -> WeightMap {
         let e = self.embed_dim();
-        let [(wq, bq), (wk, bk), (wv, bv), (wo, bo)] =
-            [&self.query, &self.key, &self.value, &self.output].map(|l| {
-                let (w, b) = linear_weights(l);
-                (w.transposed(), b) // torch's [out, in]
-            });
+        let [(wq, bq), (wk, bk), (wv, bv), (wo, bo)] = [&self.query, &self.key, &self.value, &self.output].map(|l| {
+            let (w, b) = linear_weights(l);
+            (w.transposed(), b) // torch's [out, in]
+        });
         let mut map = WeightMap::new();
         if wk.shape == [e, e] && wv.shape == [e, e] {
             let packed = [wq.data, wk.data, wv.data].concat();
@@ -582,7 +604,14 @@ fn kernel_call(
     dropout: ProbsDropout,
 ) -> Result<FusedCall> {
     let (allowed, bias) = kernel_masks(key_padding_mask, attn_mask, shape)?;
-    Ok(FusedCall { scale, allowed: allowed.map(BoolMask::from_tensor), causal: false, rows: FullyMaskedRows::Zero, dropout, bias })
+    Ok(FusedCall {
+        scale,
+        allowed: allowed.map(BoolMask::from_tensor),
+        causal: false,
+        rows: FullyMaskedRows::Zero,
+        dropout,
+        bias,
+    })
 }
 
 /// torch's masks for the fused kernel: the allowed pairs (true = may attend), `[B|1, h|1, T|1, S]`,
@@ -603,7 +632,8 @@ fn kernel_masks(
         None => None,
     };
     // [1 | B*h, T, S] -> [1|B, 1|h, T, S]
-    let per_slice = |n: usize| if n == 1 { [1, 1, query_len, source_len] } else { [batch, heads, query_len, source_len] };
+    let per_slice =
+        |n: usize| if n == 1 { [1, 1, query_len, source_len] } else { [batch, heads, query_len, source_len] };
     let (from_attn, bias) = match attn_mask {
         Some(AttnMask::Bool(mask)) => {
             check_attn_mask(&mask.dims(), shape)?;
@@ -614,7 +644,12 @@ fn kernel_masks(
             check_attn_mask(&mask.dims(), shape)?;
             let [n, _, _] = mask.dims();
             let infinite = mask.clone().equal_elem(f32::NEG_INFINITY); // [1 | B*h, T, S]
-            let values = mask.mask_fill(infinite.clone(), 0.0).into_data().convert::<f32>().try_into_vec::<f32>().expect("converted to float32");
+            let values = mask
+                .mask_fill(infinite.clone(), 0.0)
+                .into_data()
+                .convert::<f32>()
+                .try_into_vec::<f32>()
+                .expect("converted to float32");
             (Some(infinite.bool_not().reshape(per_slice(n))), Some(FloatBias { dims: per_slice(n), values })) // [1|B, 1|h, T, S]
         }
         None => (None, None),
@@ -636,14 +671,20 @@ fn check_attn_mask(found: &[usize], [batch, heads, query_len, source_len]: [usiz
         [n, t, s] if (t, s) == (query_len, source_len) && (n == 1 || n == batch * heads) => Ok(()),
         _ => Err(ModelError::InputShape {
             input: "attn_mask",
-            expected: format!("[{query_len}, {source_len}], [1, {query_len}, {source_len}] or [{}, {query_len}, {source_len}]", batch * heads),
+            expected: format!(
+                "[{query_len}, {source_len}], [1, {query_len}, {source_len}] or [{}, {query_len}, {source_len}]",
+                batch * heads
+            ),
             found: found.to_vec(),
         }),
     }
 }
 
 /// Broadcasts a `[1 | B*h, T, S]` mask to `[B, h, T, S]`.
-fn per_head<K: burn::tensor::kind::Basic>(mask: Tensor<3, K>, [batch, heads, query_len, source_len]: [usize; 4]) -> Result<Tensor<4, K>> {
+fn per_head<K: burn::tensor::kind::Basic>(
+    mask: Tensor<3, K>,
+    [batch, heads, query_len, source_len]: [usize; 4],
+) -> Result<Tensor<4, K>> {
     check_attn_mask(&mask.dims(), [batch, heads, query_len, source_len])?;
     Ok(if mask.dims()[0] == 1 {
         mask.unsqueeze::<4>().expand([batch, heads, query_len, source_len])

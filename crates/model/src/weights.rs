@@ -172,7 +172,8 @@ impl TensorFile {
     /// Reads every `f32` and `u8` tensor of a safetensors file.
     pub fn read(path: &Path) -> Result<Self> {
         let bytes = std::fs::read(path).map_err(|e| ModelError::file(path, e))?;
-        let file = SafeTensors::deserialize(&bytes).map_err(|e| ModelError::file(path, format!("not a safetensors file: {e}")))?;
+        let file = SafeTensors::deserialize(&bytes)
+            .map_err(|e| ModelError::file(path, format!("not a safetensors file: {e}")))?;
         let (_, header) = SafeTensors::read_metadata(&bytes).map_err(|e| ModelError::file(path, e))?;
         let metadata = header.metadata().clone().unwrap_or_default().into_iter().collect();
         let mut tensors = WeightMap::new();
@@ -181,13 +182,14 @@ impl TensorFile {
             let raw = view.data();
             let tensor = match view.dtype() {
                 Dtype::F32 => HostTensor::new(shape, f32s_from_le_bytes(raw)),
-                Dtype::U8 | Dtype::BOOL => HostTensor {
-                    shape,
-                    data: raw.iter().map(|&b| b as f32).collect(),
-                    dtype: StoredDtype::U8,
-                },
+                Dtype::U8 | Dtype::BOOL => {
+                    HostTensor { shape, data: raw.iter().map(|&b| b as f32).collect(), dtype: StoredDtype::U8 }
+                }
                 other => {
-                    return Err(ModelError::file(path, format!("tensor `{name}` has dtype {other:?}; only F32 and U8 are supported")));
+                    return Err(ModelError::file(
+                        path,
+                        format!("tensor `{name}` has dtype {other:?}; only F32 and U8 are supported"),
+                    ));
                 }
             };
             tensors.insert(name, tensor);

@@ -30,7 +30,12 @@ fn check_kind(prefix: &str, kind: FixtureKind) {
         }
     }
     assert!(compared >= files.len() * 2, "each fixture compares at least one output per backend");
-    assert!(failures.is_empty(), "{} of {compared} outputs differ from the real library:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {compared} outputs differ from the real library:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]

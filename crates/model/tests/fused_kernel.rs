@@ -59,7 +59,8 @@ fn values_of<const D: usize>(t: Tensor<D>) -> Vec<f32> {
 /// The output, then the gradients of `Σ output · probe` (a fixed random probe, so that every output
 /// element counts) with respect to every parameter of `module` and to each of `inputs`.
 fn output_and_gradients<M: Module>(module: &M, output: Tensor<3>, inputs: &[&Tensor<3>]) -> Vec<Vec<f32>> {
-    let probe = Tensor::from_data(TensorData::new(values(output.shape().num_elements(), 99), output.dims()), &output.device());
+    let probe =
+        Tensor::from_data(TensorData::new(values(output.shape().num_elements(), 99), output.dims()), &output.device());
     let grads = (output.clone() * probe).sum().backward();
     let mut collect = CollectGrads { grads: &grads, found: vec![values_of(output)] };
     module.visit(&mut collect);
@@ -161,7 +162,10 @@ fn calls_returning_probabilities_train_on_the_kernel_exactly() {
             let query = input([2, 13, 6], 32, &device);
             let value = input([2, 17, 6], 33, &device);
             let mask = bool_tensor([2, 13, 17], |i| i % 17 < 17 - 5 * (i / (13 * 17)), &device); // lengths 17, 12
-            let call = KerasMhaInput::new(query.clone(), value.clone()).attention_mask(mask).use_causal_mask(true).return_attention_scores(true);
+            let call = KerasMhaInput::new(query.clone(), value.clone())
+                .attention_mask(mask)
+                .use_causal_mask(true)
+                .return_attention_scores(true);
             let out = keras_call(&layer, call, exact);
             let scores = out.attention_scores.expect("asked for"); // [B, h, T, S]
             let both = Tensor::cat(vec![flat(out.output), flat(scores.reshape([2, 3 * 13, 17]))], 2); // [1, 1, N + M]
@@ -182,14 +186,18 @@ fn calls_returning_probabilities_train_on_the_kernel_exactly() {
                 let key = input([2, 11, 12], 43, &device);
                 let ignored = bool_tensor([2, 11], |i| i % 11 >= 11 - 4 * (i / 11), &device); // lengths 11, 7
                 // A float mask: -inf entries block, the rest adds to the logits of both branches.
-                let bias: Vec<f32> = (0..9 * 11).map(|i| if i % 6 == 2 { f32::NEG_INFINITY } else { (i % 4) as f32 * 0.5 - 0.7 }).collect();
+                let bias: Vec<f32> = (0..9 * 11)
+                    .map(|i| if i % 6 == 2 { f32::NEG_INFINITY } else { (i % 4) as f32 * 0.5 - 0.7 })
+                    .collect();
                 let bias = Tensor::<3>::from_data(TensorData::new(bias, [1, 9, 11]), &device);
-                let mut call = TorchMhaInput::new(query.clone(), key.clone(), key.clone()).need_weights(true).attn_mask(AttnMask::Additive(bias));
+                let mut call = TorchMhaInput::new(query.clone(), key.clone(), key.clone())
+                    .need_weights(true)
+                    .attn_mask(AttnMask::Additive(bias));
                 call.key_padding_mask = Some(ignored);
                 call.average_attn_weights = average;
                 let out = torch_call(&mha, call, exact);
                 let weights = match out.attn_weights.expect("asked for") {
-                    AttnWeights::Averaged(w) => w,                       // [B, T, S]
+                    AttnWeights::Averaged(w) => w,                        // [B, T, S]
                     AttnWeights::PerHead(w) => w.reshape([2, 4 * 9, 11]), // [B, h*T, S]
                 };
                 let both = Tensor::cat(vec![flat(out.output), flat(weights)], 2); // [1, 1, N + M]
@@ -214,9 +222,15 @@ fn probabilities_in_inference_come_from_the_kernel() {
         let value = inference_input([2, 45, 6], 53, &device);
         let mask = bool_tensor([2, 37, 45], |i| i % 45 < 45 - 45 * (i / (37 * 45)), &device); // lengths 45, 0
         for causal in [false, true] {
-            let call = || KerasMhaInput::new(query.clone(), value.clone()).attention_mask(mask.clone()).use_causal_mask(causal).return_attention_scores(true);
+            let call = || {
+                KerasMhaInput::new(query.clone(), value.clone())
+                    .attention_mask(mask.clone())
+                    .use_causal_mask(causal)
+                    .return_attention_scores(true)
+            };
             let (ours, exact) = (keras_call(&layer, call(), false), keras_call(&layer, call(), true));
-            let values = |out: KerasMhaOutput| vec![values_of(out.output), values_of(out.attention_scores.expect("asked for"))];
+            let values =
+                |out: KerasMhaOutput| vec![values_of(out.output), values_of(out.attention_scores.expect("asked for"))];
             let diff = max_scaled_diff(&values(ours), &values(exact));
             assert!(diff < 1e-6, "keras scores (causal {causal}) on {device:?}: kernel vs exact {diff:e}");
         }
@@ -228,11 +242,14 @@ fn probabilities_in_inference_come_from_the_kernel() {
         let mha = converted.config.init_with_state_dict(&converted.weights, &device).unwrap();
         let (query, key) = (inference_input([2, 19, 12], 62, &device), inference_input([2, 23, 12], 63, &device));
         let ignored = bool_tensor([2, 23], |i| i % 23 >= 23 - 6 * (i / 23), &device); // lengths 23, 17
-        let bias: Vec<f32> = (0..19 * 23).map(|i| if i % 7 == 3 { f32::NEG_INFINITY } else { (i % 5) as f32 * 0.4 - 0.8 }).collect();
+        let bias: Vec<f32> =
+            (0..19 * 23).map(|i| if i % 7 == 3 { f32::NEG_INFINITY } else { (i % 5) as f32 * 0.4 - 0.8 }).collect();
         let bias = Tensor::<3>::from_data(TensorData::new(bias, [1, 19, 23]), &device);
         for average in [true, false] {
             let call = || {
-                let mut call = TorchMhaInput::new(query.clone(), key.clone(), key.clone()).need_weights(true).key_padding_mask(ignored.clone());
+                let mut call = TorchMhaInput::new(query.clone(), key.clone(), key.clone())
+                    .need_weights(true)
+                    .key_padding_mask(ignored.clone());
                 call.average_attn_weights = average;
                 call.attn_mask(AttnMask::Additive(bias.clone()))
             };
@@ -243,7 +260,8 @@ fn probabilities_in_inference_come_from_the_kernel() {
                 };
                 vec![values_of(out.output), weights]
             };
-            let diff = max_scaled_diff(&values(torch_call(&mha, call(), false)), &values(torch_call(&mha, call(), true)));
+            let diff =
+                max_scaled_diff(&values(torch_call(&mha, call(), false)), &values(torch_call(&mha, call(), true)));
             assert!(diff < 1e-6, "torch weights (average {average}) on {device:?}: kernel vs exact {diff:e}");
         }
     }
@@ -265,11 +283,20 @@ fn dropout_in_the_kernel_matches_the_exact_path_with_gradients() {
                 let layer = config.init_with_weights(&weights, &device).unwrap();
                 let query = input([2, query_len, width], 52, &device);
                 let value = input([2, source_len, width], 53, &device);
-                let mask = bool_tensor([2, query_len, source_len], |i| i % source_len < source_len - 5 * (i / (query_len * source_len)), &device);
-                let call = KerasMhaInput::new(query.clone(), value.clone()).attention_mask(mask).use_causal_mask(true).training(true).return_attention_scores(true);
+                let mask = bool_tensor(
+                    [2, query_len, source_len],
+                    |i| i % source_len < source_len - 5 * (i / (query_len * source_len)),
+                    &device,
+                );
+                let call = KerasMhaInput::new(query.clone(), value.clone())
+                    .attention_mask(mask)
+                    .use_causal_mask(true)
+                    .training(true)
+                    .return_attention_scores(true);
                 let out = keras_call(&layer, call, exact);
                 let scores = out.attention_scores.expect("asked for"); // [B, h, T, S]
-                let both = Tensor::cat(vec![flat(out.output), flat(scores.reshape([2, heads * query_len, source_len]))], 2);
+                let both =
+                    Tensor::cat(vec![flat(out.output), flat(scores.reshape([2, heads * query_len, source_len]))], 2);
                 output_and_gradients(&layer, both, &[&query, &value])
             };
             let (kernel, exact) = (run(false), run(true));
@@ -277,7 +304,16 @@ fn dropout_in_the_kernel_matches_the_exact_path_with_gradients() {
             assert!(diff < 1e-6, "keras dropout h={heads} k={key_dim} on {device:?}: kernel vs exact {diff:e}");
             // And dropout did something: the output differs from the same call without it.
             let plain = config.clone().with_dropout(0.0).init_with_weights(&weights, &device).unwrap();
-            let without = plain.forward(KerasMhaInput::new(input([2, query_len, width], 52, &device), input([2, source_len, width], 53, &device)).use_causal_mask(true)).unwrap().output;
+            let without = plain
+                .forward(
+                    KerasMhaInput::new(
+                        input([2, query_len, width], 52, &device),
+                        input([2, source_len, width], 53, &device),
+                    )
+                    .use_causal_mask(true),
+                )
+                .unwrap()
+                .output;
             assert_ne!(values_of(without), kernel[0][..2 * query_len * width].to_vec(), "no dropout happened");
         }
     }
@@ -295,12 +331,16 @@ fn dropout_in_the_kernel_matches_the_exact_path_with_gradients() {
                 let query = input([2, 9, 12], 63, &device);
                 let key = input([2, 11, 12], 64, &device);
                 let ignored = bool_tensor([2, 11], |i| i % 11 >= 11 - 4 * (i / 11), &device);
-                let mut call = TorchMhaInput::new(query.clone(), key.clone(), key.clone()).need_weights(need_weights).training(true);
+                let mut call = TorchMhaInput::new(query.clone(), key.clone(), key.clone())
+                    .need_weights(need_weights)
+                    .training(true);
                 call.key_padding_mask = Some(ignored);
                 call.average_attn_weights = false;
                 let out = torch_call(&mha, call, exact);
                 let output = match out.attn_weights {
-                    Some(AttnWeights::PerHead(weights)) => Tensor::cat(vec![flat(out.output), flat(weights.reshape([2, 4 * 9, 11]))], 2),
+                    Some(AttnWeights::PerHead(weights)) => {
+                        Tensor::cat(vec![flat(out.output), flat(weights.reshape([2, 4 * 9, 11]))], 2)
+                    }
                     _ => out.output,
                 };
                 output_and_gradients(&mha, output, &[&query, &key])
@@ -333,9 +373,19 @@ fn keras_kernel_matches_the_exact_path_under_every_mask() {
             let device = device.autodiff();
             let layer = config.init_with_weights(&weights, &device).unwrap();
             let lengths = [57, 0];
-            let padding = bool_tensor([batch, query_len, source_len], |i| i % source_len < lengths[i / (query_len * source_len)], &device);
-            let general = bool_tensor([batch, query_len, source_len], |i| (i / source_len) % 7 != 2 && (i * 5 + i / 3) % 4 != 0, &device);
-            for (name, mask, causal) in [("causal", None, true), ("padding", Some(padding), false), ("general+causal", Some(general), true)] {
+            let padding = bool_tensor(
+                [batch, query_len, source_len],
+                |i| i % source_len < lengths[i / (query_len * source_len)],
+                &device,
+            );
+            let general = bool_tensor(
+                [batch, query_len, source_len],
+                |i| (i / source_len) % 7 != 2 && (i * 5 + i / 3) % 4 != 0,
+                &device,
+            );
+            for (name, mask, causal) in
+                [("causal", None, true), ("padding", Some(padding), false), ("general+causal", Some(general), true)]
+            {
                 let run = |exact: bool| {
                     let query = input([batch, query_len, 6], 32, &device);
                     let value = input([batch, source_len, 6], 33, &device);

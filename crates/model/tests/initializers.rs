@@ -47,7 +47,8 @@ fn every_initializer_draws_what_keras_draws() {
         let unbounded = spec.to_string().contains("random_normal") || spec.to_string().contains("untruncated");
         for (name, keras) in entry["variables"].as_object().unwrap() {
             let ours = weights.get(name).unwrap();
-            let shape: Vec<usize> = keras["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
+            let shape: Vec<usize> =
+                keras["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
             assert_eq!(ours.shape, shape, "{spec} {name}");
             let (got, n) = (stats(&ours.data), ours.data.len() as f64);
             let field = |key: &str| keras[key].as_f64().unwrap();
@@ -59,18 +60,39 @@ fn every_initializer_draws_what_keras_draws() {
             // Both are draws: the sampling error of a standard deviation is about std / sqrt(2n),
             // that of the ratio of two about sqrt(2) times it; allow four of them.
             let tolerance = 4.0 * (2.0_f64).sqrt() / (2.0 * n).sqrt();
-            assert!((got.std / want.std - 1.0).abs() < tolerance, "{spec} {name}: std {} vs Keras {}", got.std, want.std);
+            assert!(
+                (got.std / want.std - 1.0).abs() < tolerance,
+                "{spec} {name}: std {} vs Keras {}",
+                got.std,
+                want.std
+            );
             // Both means are draws: four standard errors of their difference.
-            assert!((got.mean - want.mean).abs() < 4.0 * want.std * (2.0 / n).sqrt(), "{spec} {name}: mean {} vs Keras {}", got.mean, want.mean);
+            assert!(
+                (got.mean - want.mean).abs() < 4.0 * want.std * (2.0 / n).sqrt(),
+                "{spec} {name}: mean {} vs Keras {}",
+                got.mean,
+                want.mean
+            );
             // The extremes of a large draw sit at the distribution's bounds.
             if !unbounded && n >= 4096.0 {
                 let span = want.max - want.min;
                 for (ours_bound, keras_bound) in [(got.min, want.min), (got.max, want.max)] {
-                    assert!((ours_bound - keras_bound).abs() < 0.1 * span, "{spec} {name}: bounds [{}, {}] vs Keras [{}, {}]", got.min, got.max, want.min, want.max);
+                    assert!(
+                        (ours_bound - keras_bound).abs() < 0.1 * span,
+                        "{spec} {name}: bounds [{}, {}] vs Keras [{}, {}]",
+                        got.min,
+                        got.max,
+                        want.min,
+                        want.max
+                    );
                 }
             }
         }
         let equal = weights.get("query.kernel").unwrap() == weights.get("key.kernel").unwrap();
-        assert_eq!(equal, entry["equal_query_key_kernels"].as_bool().unwrap(), "{spec}: query and key kernels identical?");
+        assert_eq!(
+            equal,
+            entry["equal_query_key_kernels"].as_bool().unwrap(),
+            "{spec}: query and key kernels identical?"
+        );
     }
 }

@@ -16,7 +16,9 @@ fn model_files() -> PathBuf {
 
 /// The largest difference between our layer's output and Keras' on the saved probe.
 fn probe_error(layer: &KerasFileLayer, probe: &TensorFile, device: &Device) -> f32 {
-    let tensor = |suffix: &str| probe.tensors.get(&format!("{}.{suffix}", layer.name)).unwrap().to_tensor::<3>(suffix, device).unwrap();
+    let tensor = |suffix: &str| {
+        probe.tensors.get(&format!("{}.{suffix}", layer.name)).unwrap().to_tensor::<3>(suffix, device).unwrap()
+    };
     let mha = layer.config.init_with_weights(&layer.weights, device).unwrap();
     let input = KerasMhaInput::new(tensor("query"), tensor("value")).key(tensor("key"));
     let output = mha.forward(input).unwrap().output; // [B, T, O]
@@ -34,8 +36,16 @@ fn read(name: &str) -> Vec<KerasFileLayer> {
 fn archives_and_weights_files_reproduce_the_real_layers() {
     let device = Device::flex();
     let cases: [(&str, &str, &[(&str, &str)]); 5] = [
-        ("functional.keras", "functional", &[("attn_values", "layers/multi_head_attention"), ("attn_nobias", "layers/multi_head_attention_1")]),
-        ("functional.weights.h5", "functional", &[("attn_values", "layers/multi_head_attention"), ("attn_nobias", "layers/multi_head_attention_1")]),
+        (
+            "functional.keras",
+            "functional",
+            &[("attn_values", "layers/multi_head_attention"), ("attn_nobias", "layers/multi_head_attention_1")],
+        ),
+        (
+            "functional.weights.h5",
+            "functional",
+            &[("attn_values", "layers/multi_head_attention"), ("attn_nobias", "layers/multi_head_attention_1")],
+        ),
         ("nested.keras", "nested", &[("multi_head_attention", "layers/functional/layers/multi_head_attention")]),
         // An attribute of a custom layer: not in the config's layer lists, found by the layout.
         ("sequential_custom.keras", "sequential_custom", &[("inner_attention", "layers/transformer_block/attention")]),
@@ -58,11 +68,17 @@ fn archives_and_weights_files_reproduce_the_real_layers() {
 fn constructor_arguments_come_from_the_archive() {
     let layers = read("functional.keras");
     let values = &layers[0].config;
-    assert_eq!((values.num_heads, values.key_dim, values.value_dim, values.output_shape, values.use_bias), (2, 4, Some(3), Some(6), true));
+    assert_eq!(
+        (values.num_heads, values.key_dim, values.value_dim, values.output_shape, values.use_bias),
+        (2, 4, Some(3), Some(6), true)
+    );
     let gated = &read("gated.keras")[0].config;
     assert_eq!((gated.use_gate, gated.sliding_window), (true, Some(3)));
     let nobias = &layers[1].config;
-    assert_eq!((nobias.num_heads, nobias.key_dim, nobias.use_bias, nobias.key_input_dim, nobias.value_input_dim), (3, 2, false, Some(5), Some(5)));
+    assert_eq!(
+        (nobias.num_heads, nobias.key_dim, nobias.use_bias, nobias.key_input_dim, nobias.value_input_dim),
+        (3, 2, false, Some(5), Some(5))
+    );
     // The bare weights file gives the same layers, sizes read off the kernels.
     for (archive, weights) in layers.iter().zip(read("functional.weights.h5")) {
         assert_eq!(archive.config.dims().unwrap(), weights.config.dims().unwrap(), "{}", archive.name);
@@ -118,7 +134,10 @@ fn damaged_files_are_errors_not_panics() {
                 false => read_keras_file(&path).map(|_| ()),
             };
             if let Err(error) = read {
-                assert!(error.to_string().contains(&path.display().to_string()), "{name}: error without the file: {error}");
+                assert!(
+                    error.to_string().contains(&path.display().to_string()),
+                    "{name}: error without the file: {error}"
+                );
             }
         };
         for cut in (0..64).map(|i| bytes.len() * i / 64) {
@@ -164,11 +183,19 @@ fn edited_archive(tag: &str, edit: impl Fn(&mut serde_json::Value)) -> PathBuf {
         if member.name() == "config.json" {
             let mut config: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
             let layers = config.pointer_mut("/config/layers").unwrap().as_array_mut().unwrap();
-            let layer = layers.iter_mut().find(|l| l.pointer("/config/name").and_then(|n| n.as_str()) == Some("attn_values")).unwrap();
+            let layer = layers
+                .iter_mut()
+                .find(|l| l.pointer("/config/name").and_then(|n| n.as_str()) == Some("attn_values"))
+                .unwrap();
             edit(layer.get_mut("config").unwrap());
             bytes = serde_json::to_vec(&config).unwrap();
         }
-        writer.start_file(member.name(), zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored)).unwrap();
+        writer
+            .start_file(
+                member.name(),
+                zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored),
+            )
+            .unwrap();
         writer.write_all(&bytes).unwrap();
     }
     writer.finish().unwrap();
@@ -209,11 +236,18 @@ fn torch_checkpoints_reproduce_the_real_layers() {
     ] {
         let layers = read_torch_file(&model_files().join(file), 2).unwrap_or_else(|e| panic!("{file}: {e}"));
         let [layer] = layers.as_slice() else { panic!("{file}: {} layers", layers.len()) };
-        let model::torch_file::TorchFileModel::Attention(config) = &layer.model else { panic!("{file}: read as a projected model") };
+        let model::torch_file::TorchFileModel::Attention(config) = &layer.model else {
+            panic!("{file}: read as a projected model")
+        };
         assert_eq!((layer.prefix.as_str(), config.kdim, config.bias), (prefix, kdim, bias), "{file}");
-        let tensor = |suffix: &str| probe.tensors.get(&format!("{probe_name}.{suffix}")).unwrap().to_tensor::<3>(suffix, &device).unwrap();
+        let tensor = |suffix: &str| {
+            probe.tensors.get(&format!("{probe_name}.{suffix}")).unwrap().to_tensor::<3>(suffix, &device).unwrap()
+        };
         let mha = config.init_with_state_dict(&layer.weights, &device).unwrap();
-        let output = mha.forward(TorchMhaInput::new(tensor("query"), tensor("key"), tensor("value")).need_weights(false)).unwrap().output;
+        let output = mha
+            .forward(TorchMhaInput::new(tensor("query"), tensor("key"), tensor("value")).need_weights(false))
+            .unwrap()
+            .output;
         let want = probe.tensors.get(&format!("{probe_name}.output")).unwrap();
         let got = output.into_data().try_to_vec::<f32>().unwrap();
         let error = got.iter().zip(&want.data).map(|(g, w)| (g - w).abs()).fold(0.0, f32::max);
@@ -222,12 +256,24 @@ fn torch_checkpoints_reproduce_the_real_layers() {
     // The projected model (the seed's port) inside a larger module, read as that whole model.
     let layers = read_torch_file(&model_files().join("torch_projected.pt"), 6).unwrap();
     let [layer] = layers.as_slice() else { panic!("torch_projected.pt: {} layers", layers.len()) };
-    let model::torch_file::TorchFileModel::Projected(config) = &layer.model else { panic!("torch_projected.pt: not read as the projected model") };
-    assert_eq!((layer.prefix.as_str(), config.in_features, config.embed_dim, config.output_dim), ("port.", 4, 24, Some(4)));
+    let model::torch_file::TorchFileModel::Projected(config) = &layer.model else {
+        panic!("torch_projected.pt: not read as the projected model")
+    };
+    assert_eq!(
+        (layer.prefix.as_str(), config.in_features, config.embed_dim, config.output_dim),
+        ("port.", 4, 24, Some(4))
+    );
     let model = config.init_with_state_dict(&layer.weights, &device).unwrap();
     let x = probe.tensors.get("port.x").unwrap().to_tensor::<3>("x", &device).unwrap();
-    let got = model.forward(model::projected::ProjectedInput::new(x)).unwrap().output.into_data().try_to_vec::<f32>().unwrap();
-    let error = got.iter().zip(&probe.tensors.get("port.output").unwrap().data).map(|(g, w)| (g - w).abs()).fold(0.0, f32::max);
+    let got = model
+        .forward(model::projected::ProjectedInput::new(x))
+        .unwrap()
+        .output
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
+    let error =
+        got.iter().zip(&probe.tensors.get("port.output").unwrap().data).map(|(g, w)| (g - w).abs()).fold(0.0, f32::max);
     assert!(error <= 1e-5, "torch_projected.pt: max |ours - torch| = {error:e}");
     let error = read_torch_file(&model_files().join("torch_packed.pt"), 3).unwrap_err().to_string();
     assert!(error.contains("torch_packed.pt") && error.contains("num_heads = 3"), "{error}");

@@ -87,7 +87,8 @@ fn keras_mask_true_means_attend_and_torch_padding_true_means_ignore() {
     let padding = Tensor::<2, Bool>::from_data(TensorData::new(ignore, [batch, s]), &device());
 
     let keras_out = keras.forward(KerasMhaInput::new(q.clone(), kv.clone()).attention_mask(keras_mask)).unwrap().output;
-    let torch_out = torch.forward(TorchMhaInput::new(q.clone(), kv.clone(), kv.clone()).key_padding_mask(padding)).unwrap().output;
+    let torch_out =
+        torch.forward(TorchMhaInput::new(q.clone(), kv.clone(), kv.clone()).key_padding_mask(padding)).unwrap().output;
     assert!(max_abs_diff(&host(keras_out.clone()), &host(torch_out)) < 1e-5);
 
     // And the mask matters: attending to the first `valid` keys only is attending to a shorter sequence.
@@ -108,7 +109,8 @@ fn fully_masked_rows_are_uniform_in_the_default_call_and_bias_with_scores_never_
     let allowed: Vec<bool> = (0..t * s).map(|i| i / s != 1).collect();
     let mask = Tensor::<3, Bool>::from_data(TensorData::new(allowed, [1, t, s]), &device());
 
-    let default_call = layer.forward(KerasMhaInput::new(x.clone(), v.clone()).attention_mask(mask.clone())).unwrap().output;
+    let default_call =
+        layer.forward(KerasMhaInput::new(x.clone(), v.clone()).attention_mask(mask.clone())).unwrap().output;
     let unmasked = layer.forward(KerasMhaInput::new(x.clone(), v.clone())).unwrap().output;
     // Uniform over all keys is what the unmasked layer does when every logit is equal; compare
     // with the mean of the projected values through the output layer instead.
@@ -118,7 +120,8 @@ fn fully_masked_rows_are_uniform_in_the_default_call_and_bias_with_scores_never_
     assert!(max_abs_diff(&row(default_call.clone(), 1), &host(uniform_row)) < 1e-5);
     assert!(max_abs_diff(&row(default_call.clone(), 0), &row(unmasked, 0)) < 1e-6, "other rows untouched");
 
-    let with_scores = layer.forward(KerasMhaInput::new(x, v).attention_mask(mask).return_attention_scores(true)).unwrap();
+    let with_scores =
+        layer.forward(KerasMhaInput::new(x, v).attention_mask(mask).return_attention_scores(true)).unwrap();
     let bias = weights.get("attention_output.bias").unwrap().data.clone();
     assert!(max_abs_diff(&row(with_scores.output.clone(), 1), &bias) < 1e-6, "Keras' scores path: output = bias");
     let scores = host(with_scores.attention_scores.unwrap());
@@ -148,7 +151,11 @@ fn causal_mask_hides_the_future_top_left_aligned() {
     let layer = KerasMhaConfig::new(2, 4, 6).init(&device()).unwrap();
     let x = tensor([1, 5, 6], 50);
     let changed_future = Tensor::cat(vec![x.clone().narrow(1, 0, 2), tensor([1, 3, 6], 51)], 1);
-    let run = |input: Tensor<3>| layer.forward(KerasMhaInput::new(input.clone(), input).use_causal_mask(true).return_attention_scores(true)).unwrap();
+    let run = |input: Tensor<3>| {
+        layer
+            .forward(KerasMhaInput::new(input.clone(), input).use_causal_mask(true).return_attention_scores(true))
+            .unwrap()
+    };
     let (a, b) = (run(x), run(changed_future));
     assert!(max_abs_diff(&host(a.output.clone().narrow(1, 0, 2)), &host(b.output.clone().narrow(1, 0, 2))) == 0.0);
     assert!(max_abs_diff(&host(a.output.narrow(1, 2, 3)), &host(b.output.narrow(1, 2, 3))) > 1e-3);
@@ -164,7 +171,11 @@ fn dropout_acts_only_in_training_and_returned_scores_are_before_dropout() {
     device().seed(7);
     let layer = KerasMhaConfig::new(2, 4, 6).with_dropout(0.5).init(&device()).unwrap();
     let x = tensor([2, 8, 6], 60);
-    let call = |training| layer.forward(KerasMhaInput::new(x.clone(), x.clone()).training(training).return_attention_scores(true)).unwrap();
+    let call = |training| {
+        layer
+            .forward(KerasMhaInput::new(x.clone(), x.clone()).training(training).return_attention_scores(true))
+            .unwrap()
+    };
     let (eval_a, eval_b, train) = (call(false), call(false), call(true));
     assert_eq!(host(eval_a.output.clone()), host(eval_b.output));
     assert!(max_abs_diff(&host(eval_a.output), &host(train.output)) > 1e-4);
@@ -181,11 +192,16 @@ fn a_seeded_layer_drops_the_same_entries_on_every_backend() {
     let run = |device: &Device| -> Vec<Vec<f32>> {
         let layer = config.init_with_weights(&weights, device).unwrap();
         let x = HostTensor::new(vec![2, 8, 6], values(96, 61)).to_tensor::<3>("x", device).unwrap();
-        (0..2).map(|_| host(layer.forward(KerasMhaInput::new(x.clone(), x.clone()).training(true)).unwrap().output)).collect()
+        (0..2)
+            .map(|_| host(layer.forward(KerasMhaInput::new(x.clone(), x.clone()).training(true)).unwrap().output))
+            .collect()
     };
     let ndarray_device = model::Backend::Ndarray.device(Default::default()).unwrap();
     let (flex, ndarray, again) = (run(&Device::flex()), run(&ndarray_device), run(&Device::flex()));
-    assert!(max_abs_diff(&flex[0], &ndarray[0]) < 1e-5 && max_abs_diff(&flex[1], &ndarray[1]) < 1e-5, "same masks on both backends");
+    assert!(
+        max_abs_diff(&flex[0], &ndarray[0]) < 1e-5 && max_abs_diff(&flex[1], &ndarray[1]) < 1e-5,
+        "same masks on both backends"
+    );
     assert_eq!(flex, again, "a fresh layer with the same seed repeats its masks");
     assert!(max_abs_diff(&flex[0], &flex[1]) > 1e-3, "the second call draws a new mask");
 }
@@ -198,7 +214,11 @@ fn torch_dropout_returns_the_weights_after_dropout() {
     let p = 0.5;
     let layer = model::TorchMhaConfig::new(8, 2).with_dropout(p).init(&device()).unwrap();
     let x = tensor([2, 6, 8], 70);
-    let call = |training| layer.forward(TorchMhaInput::new(x.clone(), x.clone(), x.clone()).average_attn_weights(false).training(training)).unwrap();
+    let call = |training| {
+        layer
+            .forward(TorchMhaInput::new(x.clone(), x.clone(), x.clone()).average_attn_weights(false).training(training))
+            .unwrap()
+    };
     let weights = |out: &model::TorchMhaOutput| match &out.attn_weights {
         Some(AttnWeights::PerHead(w)) => host(w.clone()),
         other => panic!("per-head weights expected, got {other:?}"),
@@ -224,10 +244,17 @@ fn flash_attention_follows_keras_rules() {
     assert!(err(KerasMhaConfig::new(2, 4, 6).with_flash_attention(true).with_dropout(0.1)).contains("flash_attention"));
     let flash = KerasMhaConfig::new(2, 4, 6).with_flash_attention(true);
     let weights = random_keras_weights(&flash, 9);
-    let (with, without) = (flash.init_with_weights(&weights, &device()).unwrap(), flash.clone().with_flash_attention(false).init_with_weights(&weights, &device()).unwrap());
+    let (with, without) = (
+        flash.init_with_weights(&weights, &device()).unwrap(),
+        flash.clone().with_flash_attention(false).init_with_weights(&weights, &device()).unwrap(),
+    );
     let x = tensor([2, 5, 6], 71);
     let call = || KerasMhaInput::new(x.clone(), x.clone()).use_causal_mask(true);
-    assert_eq!(host(with.forward(call()).unwrap().output), host(without.forward(call()).unwrap().output), "the same function");
+    assert_eq!(
+        host(with.forward(call()).unwrap().output),
+        host(without.forward(call()).unwrap().output),
+        "the same function"
+    );
     assert!(with.forward(call().return_attention_scores(true)).unwrap_err().to_string().contains("flash_attention"));
 }
 
@@ -336,7 +363,9 @@ fn fused_inference_path_matches_the_exact_path_within_1e_5() {
         assert!(diff < 1e-5, "keras causal={causal}: {diff:e}");
     }
 
-    let converted = keras_to_torch(&KerasMhaConfig::new(6, 4, 24), &random_keras_weights(&KerasMhaConfig::new(6, 4, 24), 92)).unwrap();
+    let converted =
+        keras_to_torch(&KerasMhaConfig::new(6, 4, 24), &random_keras_weights(&KerasMhaConfig::new(6, 4, 24), 92))
+            .unwrap();
     let torch = converted.config.init_with_state_dict(&converted.weights, &device()).unwrap();
     let q = tensor([2, 9, 24], 93);
     // Batch 1 ignores every key: a fully masked row, zero attention on both paths.

@@ -128,7 +128,10 @@ impl RunConfig {
     /// The embedded default, or `file`, with `overrides` (`key=value`, dotted keys) applied.
     pub fn load(file: Option<&Path>, overrides: &[String]) -> Result<Self> {
         let (source, text) = match file {
-            Some(path) => (path.display().to_string(), std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?),
+            Some(path) => (
+                path.display().to_string(),
+                std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?,
+            ),
             None => ("configs/default.toml (embedded)".to_string(), DEFAULT_TOML.to_string()),
         };
         let mut table: toml::Table = toml::from_str(&text).map_err(|e| anyhow!("{source}: {e}"))?;
@@ -137,7 +140,8 @@ impl RunConfig {
         }
         // Deserialised from text (not the table) so that errors carry a span to name the key by.
         let text = toml::to_string(&table).expect("a parsed table serialises");
-        let config: RunConfig = toml::from_str(&text).map_err(|e| anyhow!("{source}: {}{}", locate(&text, &e), e.message().trim()))?;
+        let config: RunConfig =
+            toml::from_str(&text).map_err(|e| anyhow!("{source}: {}{}", locate(&text, &e), e.message().trim()))?;
         config.validate().map_err(|e| anyhow!("{source}: {e}"))?;
         Ok(config)
     }
@@ -148,8 +152,16 @@ impl RunConfig {
         if self.name.is_empty() || self.name.contains(['/', '\\']) || self.name.starts_with('.') {
             return bad("name", &format!("{:?}", self.name), "must be a plain directory name");
         }
-        let backend: Backend = self.backend.parse().map_err(|_| anyhow!("backend = {:?}: expected \"ndarray\", \"flex\" or \"wgpu\"", self.backend))?;
-        let _: WgpuKind = self.wgpu_device.parse().map_err(|_| anyhow!("wgpu_device = {:?}: expected \"default\", \"cpu\", \"discrete[:N]\" or \"integrated[:N]\"", self.wgpu_device))?;
+        let backend: Backend = self
+            .backend
+            .parse()
+            .map_err(|_| anyhow!("backend = {:?}: expected \"ndarray\", \"flex\" or \"wgpu\"", self.backend))?;
+        let _: WgpuKind = self.wgpu_device.parse().map_err(|_| {
+            anyhow!(
+                "wgpu_device = {:?}: expected \"default\", \"cpu\", \"discrete[:N]\" or \"integrated[:N]\"",
+                self.wgpu_device
+            )
+        })?;
         let m = &self.model;
         if m.kind != ModelKind::Baseline {
             if m.num_heads == 0 {
@@ -175,7 +187,12 @@ impl RunConfig {
         }
         self.task.validate().map_err(|(k, v, why)| anyhow!("task.{k} = {v}: {why}"))?;
         let t = &self.train;
-        for (key, value) in [("train.epochs", t.epochs), ("train.batch_size", t.batch_size), ("train.checkpoint_every", t.checkpoint_every), ("train.log_every", t.log_every)] {
+        for (key, value) in [
+            ("train.epochs", t.epochs),
+            ("train.batch_size", t.batch_size),
+            ("train.checkpoint_every", t.checkpoint_every),
+            ("train.log_every", t.log_every),
+        ] {
             if value == 0 {
                 return bad(key, &0, "must be at least 1");
             }
@@ -188,7 +205,9 @@ impl RunConfig {
         }
         self.optimizer.validate().map_err(|(k, v, why)| anyhow!("optimizer.{k} = {v}: {why}"))?;
         if !backend.is_available() {
-            bail!("backend = \"wgpu\": no wgpu adapter on this machine (install mesa-vulkan-drivers for lavapipe, or pick ndarray/flex)");
+            bail!(
+                "backend = \"wgpu\": no wgpu adapter on this machine (install mesa-vulkan-drivers for lavapipe, or pick ndarray/flex)"
+            );
         }
         Ok(())
     }
@@ -219,7 +238,9 @@ impl RunConfig {
                     .with_bias(m.use_bias)
                     .with_dropout(m.dropout),
             ),
-            ModelKind::Baseline => ModelSpec::Baseline { in_features: INPUT_DIM, hidden: m.hidden, output_dim: OUTPUT_DIM },
+            ModelKind::Baseline => {
+                ModelSpec::Baseline { in_features: INPUT_DIM, hidden: m.hidden, output_dim: OUTPUT_DIM }
+            }
         }
     }
 
@@ -257,7 +278,8 @@ fn locate(text: &str, error: &toml::de::Error) -> String {
     let Some(span) = error.span() else { return String::new() };
     let line_start = text[..span.start].rfind('\n').map_or(0, |i| i + 1);
     let line = text[line_start..].lines().next().unwrap_or("").trim();
-    let section = text[..line_start].lines().rev().find(|l| l.starts_with('[')).map(|l| l.trim_matches(['[', ']', ' ']));
+    let section =
+        text[..line_start].lines().rev().find(|l| l.starts_with('[')).map(|l| l.trim_matches(['[', ']', ' ']));
     if line.is_empty() || line.starts_with('[') {
         return String::new();
     }

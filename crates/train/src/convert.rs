@@ -29,12 +29,12 @@ use anyhow::{Context, Result, bail};
 use burn::module::Module;
 use burn::tensor::{Device, Distribution, Tensor};
 use model::convert::{keras_to_projected, keras_to_torch};
-use model::keras_file::{KerasFileLayer, read_keras_file, write_keras_archive, write_weights_h5};
-use model::torch_file::{TorchFileLayer, TorchFileModel, read_torch_file};
-use model::projected::ProjectedInput;
-use model::torch_mha::{AttnWeights, TorchMhaInput};
 use model::fixture::model_weights;
+use model::keras_file::{KerasFileLayer, read_keras_file, write_keras_archive, write_weights_h5};
 use model::keras_nd::{resolve_attention_axes, smallest_input_rank};
+use model::projected::ProjectedInput;
+use model::torch_file::{TorchFileLayer, TorchFileModel, read_torch_file};
+use model::torch_mha::{AttnWeights, TorchMhaInput};
 use model::{HostTensor, KerasMha, KerasMhaInput, KerasMhaNdInput, TensorFile};
 use serde_json::json;
 
@@ -98,8 +98,15 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "layer {} ({}) of {}", self.layer, self.path, self.source.display())?;
         writeln!(f, "  keras.layers.MultiHeadAttention({})", self.config)?;
-        writeln!(f, "  to {:?}: {} parameters -> {} parameters", self.target, self.source_parameters, self.target_parameters)?;
-        writeln!(f, "  probe: {PROBE_BATCH} sequences, {PROBE_QUERY_LEN} queries, {PROBE_SOURCE_LEN} keys (self-attention for projected)")?;
+        writeln!(
+            f,
+            "  to {:?}: {} parameters -> {} parameters",
+            self.target, self.source_parameters, self.target_parameters
+        )?;
+        writeln!(
+            f,
+            "  probe: {PROBE_BATCH} sequences, {PROBE_QUERY_LEN} queries, {PROBE_SOURCE_LEN} keys (self-attention for projected)"
+        )?;
         writeln!(f, "  largest |source - converted| on the probe: {:.3e}", self.max_abs_difference)?;
         for path in &self.written {
             writeln!(f, "  wrote {}", path.display())?;
@@ -123,14 +130,24 @@ pub fn list_layers(input: &Path, num_heads: Option<usize>) -> Result<String> {
 /// Converts the chosen attention layer of `input` to `target`, writes it (default: beside the
 /// input, `<stem>.<layer>.<target suffix>`) and checks what was written against the source.
 /// `num_heads` is needed for a PyTorch file (a state dict does not store it).
-pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Option<usize>, out: Option<PathBuf>) -> Result<Report> {
+pub fn convert(
+    input: &Path,
+    target: Target,
+    layer: Option<&str>,
+    num_heads: Option<usize>,
+    out: Option<PathBuf>,
+) -> Result<Report> {
     let layers = read_layers(input, num_heads)?;
     let SourceLayer { keras: chosen, torch: torch_source } = choose(input, &layers, layer)?;
     let device = Device::flex();
-    let source = chosen.config.init_with_weights(&chosen.weights, &device).with_context(|| format!("layer {} of {}", chosen.name, input.display()))?;
+    let source = chosen
+        .config
+        .init_with_weights(&chosen.weights, &device)
+        .with_context(|| format!("layer {} of {}", chosen.name, input.display()))?;
     let dims = chosen.config.dims()?;
     // Refuse an inexact conversion before anything runs or is written.
-    let projected = (target == Target::Projected).then(|| keras_to_projected(&chosen.config, &chosen.weights)).transpose()?;
+    let projected =
+        (target == Target::Projected).then(|| keras_to_projected(&chosen.config, &chosen.weights)).transpose()?;
     let torch = (target == Target::Torch).then(|| keras_to_torch(&chosen.config, &chosen.weights)).transpose()?;
     let out = out.unwrap_or_else(|| default_output(input, &chosen.name, target));
 
@@ -143,7 +160,10 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
         let values = Tensor::<1>::random([shape.iter().product::<usize>()], Distribution::Normal(0.0, 1.0), &device);
         HostTensor::from_tensor(values).reshaped(shape)
     };
-    let attention_axes = resolve_attention_axes(chosen.config.attention_axes.as_deref(), smallest_input_rank(chosen.config.attention_axes.as_deref()))?;
+    let attention_axes = resolve_attention_axes(
+        chosen.config.attention_axes.as_deref(),
+        smallest_input_rank(chosen.config.attention_axes.as_deref()),
+    )?;
     let query = probe(probe_shape(|axis| if axis == 1 { PROBE_QUERY_LEN } else { 3 }, dims.query_dim));
     let projected_source = torch_source.as_ref().is_some_and(|t| matches!(t.model, TorchFileModel::Projected(_)));
     // The projected model is self-attention on one input. The value and key differ from the
@@ -162,9 +182,14 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
         true => (query.clone(), query.clone()),
         false => (probe(source_shape(dims.value_input_dim)), probe(source_shape(dims.key_input_dim))),
     };
-    let keras_run = |layer: &KerasMha| run_keras_probe(layer, [&query, &value, &key], false, &device).map(|(output, _)| output);
+    let keras_run =
+        |layer: &KerasMha| run_keras_probe(layer, [&query, &value, &key], false, &device).map(|(output, _)| output);
     let torch_call = || -> Result<TorchMhaInput> {
-        Ok(TorchMhaInput::new(query.to_tensor("query", &device)?, key.to_tensor("key", &device)?, value.to_tensor("value", &device)?))
+        Ok(TorchMhaInput::new(
+            query.to_tensor("query", &device)?,
+            key.to_tensor("key", &device)?,
+            value.to_tensor("value", &device)?,
+        ))
     };
     let run_source = |scores: bool| run_keras_probe(&source, [&query, &value, &key], scores, &device);
     // The source's own output: the torch layer itself for a PyTorch file.
@@ -172,11 +197,17 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
         Some(torch_layer) => match &torch_layer.model {
             TorchFileModel::Attention(config) => {
                 let layer = config.init_with_state_dict(&torch_layer.weights, &device)?;
-                (HostTensor::from_tensor(layer.forward(torch_call()?.need_weights(false))?.output), Module::num_params(&layer))
+                (
+                    HostTensor::from_tensor(layer.forward(torch_call()?.need_weights(false))?.output),
+                    Module::num_params(&layer),
+                )
             }
             TorchFileModel::Projected(config) => {
                 let model = config.init_with_state_dict(&torch_layer.weights, &device)?;
-                (HostTensor::from_tensor(model.forward(ProjectedInput::new(query.to_tensor("x", &device)?))?.output), Module::num_params(&model))
+                (
+                    HostTensor::from_tensor(model.forward(ProjectedInput::new(query.to_tensor("x", &device)?))?.output),
+                    Module::num_params(&model),
+                )
             }
         },
         None => (keras_run(&source)?, source.num_params()),
@@ -190,8 +221,18 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
             // `keras.Model.load_weights` loads; check_export.py finds it through the metadata.
             let (out, h5, archive) = keras_files(&out);
             write_weights_h5(&h5, &chosen.config, &chosen.weights)?;
-            write_keras_archive(&archive, &format!("converted_{}", chosen.name.replace(|c: char| !c.is_alphanumeric(), "_")), &chosen.config, &chosen.weights)?;
-            let probe = [("inputs.query", &query), ("inputs.value", &value), ("inputs.key", &key), ("outputs.output", &expected)];
+            write_keras_archive(
+                &archive,
+                &format!("converted_{}", chosen.name.replace(|c: char| !c.is_alphanumeric(), "_")),
+                &chosen.config,
+                &chosen.weights,
+            )?;
+            let probe = [
+                ("inputs.query", &query),
+                ("inputs.value", &value),
+                ("inputs.key", &key),
+                ("outputs.output", &expected),
+            ];
             let mut file = keras_fixture(&case, &description, &chosen.config, false, chosen.weights.clone(), &probe)?;
             name_keras_files(&mut file, &h5, &archive)?;
             file.write(&out)?;
@@ -206,9 +247,13 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
             let mut worst = from_safetensors;
             let mut parameters = 0;
             for written in [&h5, &archive] {
-                let [back] = <[KerasFileLayer; 1]>::try_from(read_keras_file(written)?).map_err(|l| anyhow::anyhow!("{}: {} layers read back", written.display(), l.len()))?;
+                let [back] = <[KerasFileLayer; 1]>::try_from(read_keras_file(written)?)
+                    .map_err(|l| anyhow::anyhow!("{}: {} layers read back", written.display(), l.len()))?;
                 // A .weights.h5 holds neither the window nor the axes: the source's apply.
-                let config = back.config.with_sliding_window(chosen.config.sliding_window).with_attention_axes(chosen.config.attention_axes.clone());
+                let config = back
+                    .config
+                    .with_sliding_window(chosen.config.sliding_window)
+                    .with_attention_axes(chosen.config.attention_axes.clone());
                 let layer = config.init_with_weights(&back.weights, &device)?;
                 let output = keras_run(&layer)?;
                 parameters = layer.num_params();
@@ -220,7 +265,8 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
         }
         Target::Projected => {
             let converted = projected.expect("converted above");
-            projected_fixture(&case, &description, &converted.config, converted.weights, &query, &expected)?.write(&out)?;
+            projected_fixture(&case, &description, &converted.config, converted.weights, &query, &expected)?
+                .write(&out)?;
             let module = write_module_source(&out, TorchModule::Projected(&converted.config), &description)?;
             let back = model_weights(&TensorFile::read(&out)?.tensors);
             let model = converted.config.init_with_state_dict(&back, &device)?;
@@ -245,7 +291,13 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
                 "tolerance": 1e-5,
             });
             let mut tensors = converted.weights.clone();
-            for (name, tensor) in [("inputs.query", &query), ("inputs.key", &key), ("inputs.value", &value), ("outputs.output", &expected), ("outputs.attention_weights", &weights)] {
+            for (name, tensor) in [
+                ("inputs.query", &query),
+                ("inputs.key", &key),
+                ("inputs.value", &value),
+                ("outputs.output", &expected),
+                ("outputs.attention_weights", &weights),
+            ] {
                 tensors.insert(name, tensor.clone());
             }
             TensorFile { tensors, metadata: [("config".to_string(), metadata.to_string())].into() }.write(&out)?;
@@ -259,9 +311,19 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
         Target::Burn => {
             save_burnpack(source.clone(), &out)?;
             let probe_path = PathBuf::from(format!("{}.probe.safetensors", out.display()));
-            let probe = [("inputs.query", &query), ("inputs.value", &value), ("inputs.key", &key), ("outputs.output", &expected)];
-            keras_fixture(&case, &description, &chosen.config, false, Default::default(), &probe)?.write(&probe_path)?;
-            let layer: KerasMha = chosen.config.init(&device)?.try_load_file(&out).map_err(|e| anyhow::anyhow!("cannot read back {}: {e:?}", out.display()))?;
+            let probe = [
+                ("inputs.query", &query),
+                ("inputs.value", &value),
+                ("inputs.key", &key),
+                ("outputs.output", &expected),
+            ];
+            keras_fixture(&case, &description, &chosen.config, false, Default::default(), &probe)?
+                .write(&probe_path)?;
+            let layer: KerasMha = chosen
+                .config
+                .init(&device)?
+                .try_load_file(&out)
+                .map_err(|e| anyhow::anyhow!("cannot read back {}: {e:?}", out.display()))?;
             (layer.num_params(), keras_run(&layer)?, vec![out, probe_path])
         }
     };
@@ -282,8 +344,17 @@ pub fn convert(input: &Path, target: Target, layer: Option<&str>, num_heads: Opt
 /// A Keras layer on the probe `[query, value, key]`: [`KerasMha::forward`] on `[B, T, D]`
 /// probes, [`KerasMha::forward_nd`] on probes of rank 4 to 6; with `scores`, the head-averaged
 /// probabilities `[B, T, S]` too (for a torch export: `[B, T, D]` probes only).
-fn run_keras_probe(layer: &KerasMha, [query, value, key]: [&HostTensor; 3], scores: bool, device: &Device) -> Result<(HostTensor, Option<HostTensor>)> {
-    fn nd<const D: usize>(layer: &KerasMha, [query, value, key]: [&HostTensor; 3], device: &Device) -> Result<HostTensor> {
+fn run_keras_probe(
+    layer: &KerasMha,
+    [query, value, key]: [&HostTensor; 3],
+    scores: bool,
+    device: &Device,
+) -> Result<(HostTensor, Option<HostTensor>)> {
+    fn nd<const D: usize>(
+        layer: &KerasMha,
+        [query, value, key]: [&HostTensor; 3],
+        device: &Device,
+    ) -> Result<HostTensor> {
         let mut input = KerasMhaNdInput::new(query.to_tensor::<D>("query", device)?, value.to_tensor("value", device)?);
         input.key = Some(key.to_tensor("key", device)?);
         Ok(HostTensor::from_tensor(layer.forward_nd(input)?.output))
@@ -291,9 +362,13 @@ fn run_keras_probe(layer: &KerasMha, [query, value, key]: [&HostTensor; 3], scor
     let probe = [query, value, key];
     match query.shape.len() {
         3 => {
-            let input = KerasMhaInput::new(query.to_tensor("query", device)?, value.to_tensor("value", device)?).key(key.to_tensor("key", device)?);
+            let input = KerasMhaInput::new(query.to_tensor("query", device)?, value.to_tensor("value", device)?)
+                .key(key.to_tensor("key", device)?);
             let output = layer.forward(input.return_attention_scores(scores))?;
-            Ok((HostTensor::from_tensor(output.output), output.attention_scores.map(|s| HostTensor::from_tensor(s.mean_dim(1).squeeze_dim::<3>(1)))))
+            Ok((
+                HostTensor::from_tensor(output.output),
+                output.attention_scores.map(|s| HostTensor::from_tensor(s.mean_dim(1).squeeze_dim::<3>(1))),
+            ))
         }
         4 => Ok((nd::<4>(layer, probe, device)?, None)),
         5 => Ok((nd::<5>(layer, probe, device)?, None)),
@@ -305,13 +380,22 @@ fn run_keras_probe(layer: &KerasMha, [query, value, key]: [&HostTensor; 3], scor
 fn read_layers(input: &Path, num_heads: Option<usize>) -> Result<Vec<SourceLayer>> {
     let is_torch = input.extension().is_some_and(|e| e == "pt" || e == "pth");
     let layers: Vec<SourceLayer> = if is_torch {
-        let num_heads = num_heads.with_context(|| format!("{}: a PyTorch state dict does not store the head count; pass --num-heads", input.display()))?;
+        let num_heads = num_heads.with_context(|| {
+            format!("{}: a PyTorch state dict does not store the head count; pass --num-heads", input.display())
+        })?;
         let mut layers = Vec::new();
         for torch in read_torch_file(input, num_heads)? {
-            let keras = torch.to_keras().with_context(|| format!("the attention layer {:?} of {}", torch.prefix, input.display()))?;
+            let keras = torch
+                .to_keras()
+                .with_context(|| format!("the attention layer {:?} of {}", torch.prefix, input.display()))?;
             let name = torch.prefix.trim_end_matches('.').to_string();
             let fallback = if matches!(torch.model, TorchFileModel::Projected(_)) { "projected" } else { "mha" };
-            let keras = KerasFileLayer { name: if name.is_empty() { fallback.into() } else { name }, path: torch.prefix.clone(), config: keras.config, weights: keras.weights };
+            let keras = KerasFileLayer {
+                name: if name.is_empty() { fallback.into() } else { name },
+                path: torch.prefix.clone(),
+                config: keras.config,
+                weights: keras.weights,
+            };
             layers.push(SourceLayer { keras, torch: Some(torch) });
         }
         layers
@@ -319,19 +403,27 @@ fn read_layers(input: &Path, num_heads: Option<usize>) -> Result<Vec<SourceLayer
         read_keras_file(input)?.into_iter().map(|keras| SourceLayer { keras, torch: None }).collect()
     };
     if layers.is_empty() {
-        bail!("{}: no {} layer in this model", input.display(), if is_torch { "nn.MultiheadAttention" } else { "MultiHeadAttention" });
+        bail!(
+            "{}: no {} layer in this model",
+            input.display(),
+            if is_torch { "nn.MultiheadAttention" } else { "MultiHeadAttention" }
+        );
     }
     Ok(layers)
 }
 
 /// The layer `--layer` names (by name, HDF5 path or state-dict prefix), or the only one.
 fn choose<'a>(input: &Path, layers: &'a [SourceLayer], wanted: Option<&str>) -> Result<&'a SourceLayer> {
-    let listing = || layers.iter().map(|l| format!("\n  {} ({}): {}", l.keras.name, l.keras.path, arguments(&l.keras))).collect::<String>();
-    match wanted {
-        Some(wanted) => layers
+    let listing = || {
+        layers
             .iter()
-            .find(|l| l.keras.name == wanted || l.keras.path == wanted)
-            .with_context(|| format!("{}: no attention layer named {wanted:?}; it holds:{}", input.display(), listing())),
+            .map(|l| format!("\n  {} ({}): {}", l.keras.name, l.keras.path, arguments(&l.keras)))
+            .collect::<String>()
+    };
+    match wanted {
+        Some(wanted) => layers.iter().find(|l| l.keras.name == wanted || l.keras.path == wanted).with_context(|| {
+            format!("{}: no attention layer named {wanted:?}; it holds:{}", input.display(), listing())
+        }),
         None if layers.len() == 1 => Ok(&layers[0]),
         None => bail!("{}: {} attention layers; choose one with --layer:{}", input.display(), layers.len(), listing()),
     }
@@ -363,7 +455,9 @@ fn arguments(layer: &KerasFileLayer) -> String {
 /// `<dir>/<stem>.<layer>.<suffix>` beside the input.
 fn default_output(input: &Path, layer: &str, target: Target) -> PathBuf {
     let name = input.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let stem = [".keras", ".weights.h5", ".h5", ".pt", ".pth"].iter().fold(name.as_str(), |stem, suffix| stem.trim_end_matches(suffix));
+    let stem = [".keras", ".weights.h5", ".h5", ".pt", ".pth"]
+        .iter()
+        .fold(name.as_str(), |stem, suffix| stem.trim_end_matches(suffix));
     input.with_file_name(format!("{stem}.{layer}.{}", target.file_suffix()))
 }
 
@@ -383,7 +477,9 @@ fn max_difference(a: &HostTensor, b: &HostTensor) -> f32 {
 /// `x.keras.safetensors`): `x.keras.safetensors`, `x.weights.h5` and `x.keras`.
 fn keras_files(out: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let stem = [".safetensors", ".keras", ".weights.h5", ".h5"].iter().fold(name.as_str(), |stem, suffix| stem.trim_end_matches(suffix));
+    let stem = [".safetensors", ".keras", ".weights.h5", ".h5"]
+        .iter()
+        .fold(name.as_str(), |stem, suffix| stem.trim_end_matches(suffix));
     let beside = |suffix: &str| out.with_file_name(format!("{stem}{suffix}"));
     (beside(".keras.safetensors"), beside(".weights.h5"), beside(".keras"))
 }

@@ -61,7 +61,8 @@ impl Format {
 
 /// Exports the finished run in `run_dir`; returns the written file.
 pub fn export(run_dir: &Path, format: Format, out: Option<PathBuf>, data_dir: &Path) -> Result<PathBuf> {
-    let config = RunConfig::load(Some(&run_dir.join("config.toml")), &[]).with_context(|| format!("{} is not a run folder", run_dir.display()))?;
+    let config = RunConfig::load(Some(&run_dir.join("config.toml")), &[])
+        .with_context(|| format!("{} is not a run folder", run_dir.display()))?;
     let weights = read_weights(run_dir)?;
     let spec = config.model_spec();
     // The probe runs on flex, the CPU backend every machine has.
@@ -71,11 +72,15 @@ pub fn export(run_dir: &Path, format: Format, out: Option<PathBuf>, data_dir: &P
     let (x, _) = data.test.gather(&(0..PROBE_SEQUENCES.min(data.test.len)).collect::<Vec<_>>());
     let output = HostTensor::from_tensor(model.forward(x.to_tensor("probe", &device)?, None, false)?);
 
-    let out = out.unwrap_or_else(|| run_dir.join("export").join(format!("{}.{}", format_name(format), format.extension())));
+    let out =
+        out.unwrap_or_else(|| run_dir.join("export").join(format!("{}.{}", format_name(format), format.extension())));
     let file = match format {
         Format::Burn => {
             save_burnpack(model.valid(), &out)?;
-            let probe = TensorFile { tensors: probe_tensors(&[("inputs.x", &x), ("outputs.output", &output)]), metadata: Default::default() };
+            let probe = TensorFile {
+                tensors: probe_tensors(&[("inputs.x", &x), ("outputs.output", &output)]),
+                metadata: Default::default(),
+            };
             probe.write(&PathBuf::from(format!("{}.probe.safetensors", out.display())))?;
             return Ok(out);
         }
@@ -83,10 +88,19 @@ pub fn export(run_dir: &Path, format: Format, out: Option<PathBuf>, data_dir: &P
             // Beside the safetensors, the files Keras opens itself: `<stem>.keras` and
             // `<stem>.weights.h5` (a model holding the layer; see `model::keras_file`).
             let (layer, keras_weights, _) = keras_layer(&config, &spec, &weights)?;
-            let stem = out.file_name().map(|n| n.to_string_lossy().trim_end_matches(".safetensors").to_string()).unwrap_or_default();
-            let (h5, archive) = (out.with_file_name(format!("{stem}.weights.h5")), out.with_file_name(format!("{stem}.keras")));
+            let stem = out
+                .file_name()
+                .map(|n| n.to_string_lossy().trim_end_matches(".safetensors").to_string())
+                .unwrap_or_default();
+            let (h5, archive) =
+                (out.with_file_name(format!("{stem}.weights.h5")), out.with_file_name(format!("{stem}.keras")));
             write_weights_h5(&h5, &layer, &keras_weights)?;
-            write_keras_archive(&archive, &format!("export_{}", config.name.replace(|c: char| !c.is_alphanumeric(), "_")), &layer, &keras_weights)?;
+            write_keras_archive(
+                &archive,
+                &format!("export_{}", config.name.replace(|c: char| !c.is_alphanumeric(), "_")),
+                &layer,
+                &keras_weights,
+            )?;
             let mut file = keras_file(&config, &spec, &weights, &x, &output)?;
             name_keras_files(&mut file, &h5, &archive)?;
             file
@@ -114,10 +128,17 @@ fn probe_tensors(entries: &[(&str, &HostTensor)]) -> WeightMap {
 }
 
 /// The Keras-vocabulary file in the `keras_*` fixture format.
-fn keras_file(config: &RunConfig, spec: &ModelSpec, weights: &WeightMap, x: &HostTensor, output: &HostTensor) -> Result<TensorFile> {
+fn keras_file(
+    config: &RunConfig,
+    spec: &ModelSpec,
+    weights: &WeightMap,
+    x: &HostTensor,
+    output: &HostTensor,
+) -> Result<TensorFile> {
     let (layer, keras_weights, causal) = keras_layer(config, spec, weights)?;
     let case = format!("export_{}", config.name);
-    let description = format!("export of run {} ({} model) as keras.layers.MultiHeadAttention", config.name, spec.kind());
+    let description =
+        format!("export of run {} ({} model) as keras.layers.MultiHeadAttention", config.name, spec.kind());
     let probe = [("inputs.query", x), ("inputs.value", x), ("outputs.output", output)];
     keras_fixture(&case, &description, &layer, causal, keras_weights, &probe)
 }
@@ -134,7 +155,9 @@ fn keras_layer(config: &RunConfig, spec: &ModelSpec, weights: &WeightMap) -> Res
             let converted = projected_to_keras(projected, weights)?;
             (converted.config, converted.weights, false)
         }
-        ModelSpec::Baseline { .. } => bail!("the baseline MLP has no Keras attention layer to export to (use --format burn)"),
+        ModelSpec::Baseline { .. } => {
+            bail!("the baseline MLP has no Keras attention layer to export to (use --format burn)")
+        }
     })
 }
 
@@ -152,7 +175,14 @@ pub fn name_keras_files(file: &mut TensorFile, h5: &Path, archive: &Path) -> Res
 /// A file in the `keras_*` fixture format: a layer's weights in Keras' names and shapes, a probe
 /// (`inputs.query`, `inputs.value`, optionally `inputs.key`), the layer's output on it
 /// (`outputs.output`) and its constructor arguments in the metadata.
-pub fn keras_fixture(case: &str, description: &str, layer: &KerasMhaConfig, causal: bool, weights: WeightMap, probe: &[(&str, &HostTensor)]) -> Result<TensorFile> {
+pub fn keras_fixture(
+    case: &str,
+    description: &str,
+    layer: &KerasMhaConfig,
+    causal: bool,
+    weights: WeightMap,
+    probe: &[(&str, &HostTensor)],
+) -> Result<TensorFile> {
     let dims = layer.dims()?;
     let has_key = probe.iter().any(|(name, _)| *name == "inputs.key");
     let metadata = json!({
@@ -180,7 +210,13 @@ pub fn keras_fixture(case: &str, description: &str, layer: &KerasMhaConfig, caus
 }
 
 /// The torch-vocabulary file in the `projected_*` fixture format.
-fn torch_file(config: &RunConfig, spec: &ModelSpec, weights: &WeightMap, x: &HostTensor, output: &HostTensor) -> Result<TensorFile> {
+fn torch_file(
+    config: &RunConfig,
+    spec: &ModelSpec,
+    weights: &WeightMap,
+    x: &HostTensor,
+    output: &HostTensor,
+) -> Result<TensorFile> {
     let (projected, state_dict): (ProjectedConfig, WeightMap) = match spec {
         ModelSpec::Projected(projected) => (projected.clone(), weights.clone()),
         ModelSpec::Keras { layer, use_causal_mask } => {
@@ -193,13 +229,21 @@ fn torch_file(config: &RunConfig, spec: &ModelSpec, weights: &WeightMap, x: &Hos
         ModelSpec::Baseline { .. } => bail!("the baseline MLP has no attention model to export to (use --format burn)"),
     };
     let case = format!("export_{}", config.name);
-    let description = format!("export of run {} ({} model) as Linear + nn.MultiheadAttention + Linear", config.name, spec.kind());
+    let description =
+        format!("export of run {} ({} model) as Linear + nn.MultiheadAttention + Linear", config.name, spec.kind());
     projected_fixture(&case, &description, &projected, state_dict, x, output)
 }
 
 /// A file in the `projected_*` fixture format: the projected model's torch state dict, a probe
 /// `inputs.x` and the model's output on it (`outputs.output`), its sizes in the metadata.
-pub fn projected_fixture(case: &str, description: &str, projected: &ProjectedConfig, state_dict: WeightMap, x: &HostTensor, output: &HostTensor) -> Result<TensorFile> {
+pub fn projected_fixture(
+    case: &str,
+    description: &str,
+    projected: &ProjectedConfig,
+    state_dict: WeightMap,
+    x: &HostTensor,
+    output: &HostTensor,
+) -> Result<TensorFile> {
     let metadata = json!({
         "framework": "torch",
         "kind": "projected",

@@ -112,7 +112,10 @@ impl ModelSpec {
                     let bias = weights.expect(&format!("{name}.bias"), &[d_out])?;
                     Ok(linear(weight.to_tensor(name, device)?, Some(bias.to_tensor(name, device)?)))
                 };
-                TaskModel::Baseline(PerPositionMlp { hidden: layer("hidden", *in_features, *hidden)?, output: layer("output", *hidden, *output_dim)? })
+                TaskModel::Baseline(PerPositionMlp {
+                    hidden: layer("hidden", *in_features, *hidden)?,
+                    output: layer("output", *hidden, *output_dim)?,
+                })
             }
         })
     }
@@ -134,7 +137,11 @@ impl TaskModel {
                     // torch's boolean attn_mask is per (batch x head): [B*h, T, S], true = blocked.
                     let [batch, t, s] = mask.dims();
                     let heads = m.mha.num_heads;
-                    let blocked = mask.bool_not().unsqueeze_dim::<4>(1).expand([batch, heads, t, s]).reshape([batch * heads, t, s]);
+                    let blocked = mask.bool_not().unsqueeze_dim::<4>(1).expand([batch, heads, t, s]).reshape([
+                        batch * heads,
+                        t,
+                        s,
+                    ]);
                     input.attn_mask = Some(AttnMask::Bool(blocked));
                 }
                 Ok(m.forward(input)?.output)

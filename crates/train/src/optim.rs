@@ -18,8 +18,8 @@
 use burn::optim::decay::WeightDecayConfig;
 use burn::optim::momentum::MomentumConfig;
 use burn::optim::{LearningRate, ModuleOptimizer, Optimizer, RecordState, SgdConfig, StateSink, StateSource};
-use burn_pack::Scalar;
 use burn::tensor::{Device, Tensor};
+use burn_pack::Scalar;
 use serde::{Deserialize, Serialize};
 
 /// An optimizer and its hyperparameters, as written in a config's `[optimizer]` table
@@ -107,8 +107,11 @@ impl OptimizerConfig {
 
     /// Checks the hyperparameters; returns the first bad one as `(field, value, reason)`.
     pub fn validate(&self) -> Result<(), (&'static str, String, &'static str)> {
-        let unit = |name, v: f64| if (0.0..1.0).contains(&v) { Ok(()) } else { Err((name, v.to_string(), "must be in [0, 1)")) };
-        let non_negative = |name, v: f64| if v >= 0.0 && v.is_finite() { Ok(()) } else { Err((name, v.to_string(), "must be >= 0")) };
+        let unit = |name, v: f64| {
+            if (0.0..1.0).contains(&v) { Ok(()) } else { Err((name, v.to_string(), "must be in [0, 1)")) }
+        };
+        let non_negative =
+            |name, v: f64| if v >= 0.0 && v.is_finite() { Ok(()) } else { Err((name, v.to_string(), "must be >= 0")) };
         match *self {
             Self::AdamKeras { beta_1, beta_2, epsilon, weight_decay, .. } => {
                 unit("beta_1", beta_1)?;
@@ -141,7 +144,9 @@ impl OptimizerConfig {
                 ModuleOptimizer::from(TorchAdam { beta_1, beta_2, eps, amsgrad, weight_decay })
             }
             Self::Sgd { momentum, dampening, nesterov, weight_decay } => SgdConfig::new()
-                .with_momentum((momentum > 0.0).then(|| MomentumConfig::new().with_momentum(momentum).with_dampening(dampening).with_nesterov(nesterov)))
+                .with_momentum((momentum > 0.0).then(|| {
+                    MomentumConfig::new().with_momentum(momentum).with_dampening(dampening).with_nesterov(nesterov)
+                }))
                 .with_weight_decay((weight_decay > 0.0).then(|| WeightDecayConfig::new(weight_decay as f32)))
                 .init(),
             Self::SgdKeras { momentum, nesterov } => ModuleOptimizer::from(KerasSgd { momentum, nesterov }),
@@ -216,7 +221,9 @@ impl Optimizer for KerasAdam {
             false => weight,
         };
         let beta_2 = self.beta_2;
-        let state = update_moments(state, grad, self.beta_1, self.amsgrad, |v, g2| v.clone() + (g2 - v).mul_scalar(1.0 - beta_2));
+        let state = update_moments(state, grad, self.beta_1, self.amsgrad, |v, g2| {
+            v.clone() + (g2 - v).mul_scalar(1.0 - beta_2)
+        });
         let t = state.time as i32;
         let beta_1_power = (self.beta_1 as f32 as f64).powi(t);
         let beta_2_power = (self.beta_2 as f32 as f64).powi(t);
@@ -241,7 +248,8 @@ fn update_moments<const D: usize>(
     amsgrad: bool,
     v_step: impl FnOnce(Tensor<D>, Tensor<D>) -> Tensor<D>,
 ) -> AdamState<D> {
-    let AdamState { time, m, v, v_hat } = state.unwrap_or_else(|| AdamState { time: 0, m: grad.zeros_like(), v: grad.zeros_like(), v_hat: None });
+    let AdamState { time, m, v, v_hat } =
+        state.unwrap_or_else(|| AdamState { time: 0, m: grad.zeros_like(), v: grad.zeros_like(), v_hat: None });
     let m = m.clone() + (grad.clone() - m).mul_scalar(1.0 - beta_1);
     let v = v_step(v, grad.square());
     let v_hat = amsgrad.then(|| match v_hat {
@@ -258,7 +266,12 @@ impl<const D: usize> AdamState<D> {
     }
 
     fn moved_to(self, device: &Device) -> Self {
-        Self { time: self.time, m: self.m.to_device(device), v: self.v.to_device(device), v_hat: self.v_hat.map(|t| t.to_device(device)) }
+        Self {
+            time: self.time,
+            m: self.m.to_device(device),
+            v: self.v.to_device(device),
+            v_hat: self.v_hat.map(|t| t.to_device(device)),
+        }
     }
 }
 
@@ -295,7 +308,9 @@ impl Optimizer for TorchAdam {
             false => grad,
         };
         let beta_2 = self.beta_2;
-        let state = update_moments(state, grad, self.beta_1, self.amsgrad, |v, g2| v.mul_scalar(beta_2) + g2.mul_scalar(1.0 - beta_2));
+        let state = update_moments(state, grad, self.beta_1, self.amsgrad, |v, g2| {
+            v.mul_scalar(beta_2) + g2.mul_scalar(1.0 - beta_2)
+        });
         let t = state.time as i32;
         let bias_correction_1 = 1.0 - self.beta_1.powi(t);
         let bias_correction_2_sqrt = (1.0 - self.beta_2.powi(t)).sqrt();

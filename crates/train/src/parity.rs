@@ -55,7 +55,11 @@ impl Trajectory {
             },
             Some("projected") => {
                 let count = |name: &str| {
-                    model.get(name).and_then(Value::as_u64).map(|v| v as usize).with_context(|| format!("config.model.{name} is missing"))
+                    model
+                        .get(name)
+                        .and_then(Value::as_u64)
+                        .map(|v| v as usize)
+                        .with_context(|| format!("config.model.{name} is missing"))
                 };
                 let config = ProjectedConfig::new(count("in_features")?, count("embed_dim")?, count("num_heads")?)
                     .with_output_dim(init.get("final.weight").ok().map(|w| w.shape[0]))
@@ -77,11 +81,13 @@ impl Trajectory {
         let mut optim = self.optimizer.init();
         let (x, y) = (fixture.tensor("data.x")?, fixture.tensor("data.y")?);
         let mask = fixture.tensor("data.attention_mask").ok();
-        let mut recorded = Recorded { losses: Vec::new(), grads0: WeightMap::new(), step1: WeightMap::new(), last: WeightMap::new() };
+        let mut recorded =
+            Recorded { losses: Vec::new(), grads0: WeightMap::new(), step1: WeightMap::new(), last: WeightMap::new() };
         for step in 0..self.steps {
             let x = x.index_first(step).to_tensor::<3>("data.x", &device)?; // [B, T, in]
             let y = y.index_first(step).to_tensor::<3>("data.y", &device)?; // [B, T, out]
-            let mask = mask.map(|m| m.index_first(step).to_bool_tensor::<3>("data.attention_mask", &device)).transpose()?; // [B, T, T]
+            let mask =
+                mask.map(|m| m.index_first(step).to_bool_tensor::<3>("data.attention_mask", &device)).transpose()?; // [B, T, T]
             let loss = mse(model.forward(x, mask, true)?, y);
             recorded.losses.push(loss.clone().into_scalar::<f32>());
             let grads = GradientsParams::from_grads(loss.backward(), &model);
@@ -109,7 +115,14 @@ pub fn run(fixture: &Fixture, backend: &str, device: &Device) -> Result<Vec<Chec
     let losses = HostTensor::new(vec![recorded.losses.len()], recorded.losses);
     let expected_losses = fixture.tensor("expected.loss")?;
     let mut loss_check = compare(&fixture.case, backend, "loss", &losses, expected_losses, tol("tolerance_loss")?);
-    if let Some((worst, _)) = losses.data.iter().zip(&expected_losses.data).map(|(a, b)| (a - b).abs()).enumerate().max_by(|a, b| a.1.total_cmp(&b.1)) {
+    if let Some((worst, _)) = losses
+        .data
+        .iter()
+        .zip(&expected_losses.data)
+        .map(|(a, b)| (a - b).abs())
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+    {
         loss_check.note.get_or_insert_with(|| format!("worst at step {worst} of {}", losses.data.len()));
     }
     checks.push(loss_check);
@@ -130,9 +143,17 @@ pub fn run(fixture: &Fixture, backend: &str, device: &Device) -> Result<Vec<Chec
                 None => checks.push(compare(&fixture.case, backend, &output, ours, expected, regular_tol)),
                 Some(z) => {
                     let (a, b) = z.rows.unwrap_or((0, expected.shape[0]));
-                    let ((ours_regular, ours_zero), (expected_regular, expected_zero)) = (split_rows(ours, a, b), split_rows(expected, a, b));
+                    let ((ours_regular, ours_zero), (expected_regular, expected_zero)) =
+                        (split_rows(ours, a, b), split_rows(expected, a, b));
                     if let (Some(ours_regular), Some(expected_regular)) = (ours_regular, expected_regular) {
-                        checks.push(compare(&fixture.case, backend, &output, &ours_regular, &expected_regular, regular_tol));
+                        checks.push(compare(
+                            &fixture.case,
+                            backend,
+                            &output,
+                            &ours_regular,
+                            &expected_regular,
+                            regular_tol,
+                        ));
                     }
                     let zero_output = format!("{output}[{a}:{b}](zero-gradient)");
                     checks.push(compare(&fixture.case, backend, &zero_output, &ours_zero, &expected_zero, zero_tol));
@@ -150,7 +171,8 @@ fn split_rows(t: &HostTensor, a: usize, b: usize) -> (Option<HostTensor>, HostTe
     let shape_of = |rows: usize| [vec![rows], t.shape[1..].to_vec()].concat();
     let inside = HostTensor::new(shape_of(b - a), t.data[a * row..b * row].to_vec());
     let outside_rows = t.shape[0] - (b - a);
-    let outside = (outside_rows > 0).then(|| HostTensor::new(shape_of(outside_rows), [&t.data[..a * row], &t.data[b * row..]].concat()));
+    let outside = (outside_rows > 0)
+        .then(|| HostTensor::new(shape_of(outside_rows), [&t.data[..a * row], &t.data[b * row..]].concat()));
     (outside, inside)
 }
 
@@ -159,11 +181,16 @@ fn zero_gradient_entries(fixture: &Fixture) -> Result<Vec<ZeroGradient>> {
     entries
         .iter()
         .map(|e| {
-            let name = e.get("name").and_then(Value::as_str).context("zero_gradient_weights entry without a name")?.to_string();
+            let name = e
+                .get("name")
+                .and_then(Value::as_str)
+                .context("zero_gradient_weights entry without a name")?
+                .to_string();
             let rows = match e.get("rows") {
-                Some(Value::Array(r)) if r.len() == 2 => {
-                    Some((r[0].as_u64().context("rows must be integers")? as usize, r[1].as_u64().context("rows must be integers")? as usize))
-                }
+                Some(Value::Array(r)) if r.len() == 2 => Some((
+                    r[0].as_u64().context("rows must be integers")? as usize,
+                    r[1].as_u64().context("rows must be integers")? as usize,
+                )),
                 _ => None,
             };
             Ok(ZeroGradient { name, rows })
@@ -189,7 +216,14 @@ fn optimizer_from_fixture(optimizer: &Value) -> Result<(OptimizerConfig, f64)> {
     };
     Ok(match name {
         "keras.optimizers.Adam" => {
-            unsupported(&["clipnorm", "clipvalue", "global_clipnorm", "use_ema", "loss_scale_factor", "gradient_accumulation_steps"])?;
+            unsupported(&[
+                "clipnorm",
+                "clipvalue",
+                "global_clipnorm",
+                "use_ema",
+                "loss_scale_factor",
+                "gradient_accumulation_steps",
+            ])?;
             let config = OptimizerConfig::AdamKeras {
                 beta_1: num("beta_1", 0.9),
                 beta_2: num("beta_2", 0.999),
@@ -200,8 +234,19 @@ fn optimizer_from_fixture(optimizer: &Value) -> Result<(OptimizerConfig, f64)> {
             (config, num("learning_rate", 1e-3))
         }
         "keras.optimizers.SGD" => {
-            unsupported(&["clipnorm", "clipvalue", "global_clipnorm", "use_ema", "loss_scale_factor", "gradient_accumulation_steps", "weight_decay"])?;
-            (OptimizerConfig::SgdKeras { momentum: num("momentum", 0.0), nesterov: flag("nesterov") }, num("learning_rate", 1e-2))
+            unsupported(&[
+                "clipnorm",
+                "clipvalue",
+                "global_clipnorm",
+                "use_ema",
+                "loss_scale_factor",
+                "gradient_accumulation_steps",
+                "weight_decay",
+            ])?;
+            (
+                OptimizerConfig::SgdKeras { momentum: num("momentum", 0.0), nesterov: flag("nesterov") },
+                num("learning_rate", 1e-2),
+            )
         }
         "torch.optim.Adam" => {
             unsupported(&["maximize", "capturable", "differentiable", "decoupled_weight_decay"])?;

@@ -58,7 +58,9 @@ fn draw_curves<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, results: &Study
         let base = results.base_condition(&floors.rung.name);
         let curves: Vec<(Variant, Vec<Vec<f64>>)> = Variant::ALL
             .iter()
-            .map(|&v| (v, Cell::of(results, &base, v, backend).finished.iter().map(|r| smooth(&r.losses, window)).collect()))
+            .map(|&v| {
+                (v, Cell::of(results, &base, v, backend).finished.iter().map(|r| smooth(&r.losses, window)).collect())
+            })
             .collect();
         let steps = curves.iter().flat_map(|(_, c)| c.iter().map(Vec::len)).max().unwrap_or(1).max(2);
         let all = curves.iter().flat_map(|(_, c)| c.iter().flatten().copied()).filter(|v| *v > 0.0 && v.is_finite());
@@ -92,11 +94,14 @@ fn draw_curves<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, results: &Study
             }
             let n = runs.iter().map(Vec::len).min().unwrap_or(0);
             let at = |i: usize| runs.iter().map(|c| c[i]).collect::<Vec<_>>();
-            let mean: Vec<(f64, f64)> = (0..n).map(|i| ((i + 1) as f64, at(i).iter().sum::<f64>() / runs.len() as f64)).collect();
+            let mean: Vec<(f64, f64)> =
+                (0..n).map(|i| ((i + 1) as f64, at(i).iter().sum::<f64>() / runs.len() as f64)).collect();
             let upper = (0..n).map(|i| ((i + 1) as f64, at(i).into_iter().fold(f64::MIN, f64::max)));
             let lower = (0..n).rev().map(|i| ((i + 1) as f64, at(i).into_iter().fold(f64::MAX, f64::min)));
             let c = color(*variant);
-            chart.draw_series(std::iter::once(Polygon::new(upper.chain(lower).collect::<Vec<_>>(), c.mix(0.2).filled()))).map_err(err)?;
+            chart
+                .draw_series(std::iter::once(Polygon::new(upper.chain(lower).collect::<Vec<_>>(), c.mix(0.2).filled())))
+                .map_err(err)?;
             chart
                 .draw_series(LineSeries::new(mean, c.stroke_width(2)))
                 .map_err(err)?
@@ -146,7 +151,11 @@ pub fn heat_maps(results: &StudyResults, dir: &Path) -> Result<()> {
             Columns {
                 title: "learning rate",
                 labels: learning_rates.iter().map(|v| format!("{v:e}")).collect(),
-                condition: Box::new(move |rung, i| Condition { rung: rung.into(), learning_rate: learning_rates[i], train_size: base_n }),
+                condition: Box::new(move |rung, i| Condition {
+                    rung: rung.into(),
+                    learning_rate: learning_rates[i],
+                    train_size: base_n,
+                }),
             },
         ),
         (
@@ -154,7 +163,11 @@ pub fn heat_maps(results: &StudyResults, dir: &Path) -> Result<()> {
             Columns {
                 title: "training sequences",
                 labels: train_sizes.iter().map(|n| n.to_string()).collect(),
-                condition: Box::new(move |rung, i| Condition { rung: rung.into(), learning_rate: base_lr, train_size: train_sizes[i] }),
+                condition: Box::new(move |rung, i| Condition {
+                    rung: rung.into(),
+                    learning_rate: base_lr,
+                    train_size: train_sizes[i],
+                }),
             },
         ),
     ];
@@ -172,7 +185,11 @@ pub fn heat_maps(results: &StudyResults, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-fn draw_heat<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, results: &StudyResults, columns: &Columns) -> Result<()> {
+fn draw_heat<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    results: &StudyResults,
+    columns: &Columns,
+) -> Result<()> {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("plotting failed: {e:?}");
     root.fill(&WHITE).map_err(err)?;
     let backend = primary_backend(results);
@@ -190,7 +207,9 @@ fn draw_heat<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, results: &StudyRe
         .build_cartesian_2d((0..cols - 1).into_segmented(), (0..rows - 1).into_segmented())
         .map_err(err)?;
     // Row 0 is drawn at the bottom: the ladder's first rung goes on top.
-    let rung_at = |row: usize| rows.checked_sub(row + 1).and_then(|r| results.rungs.get(r)).map(|r| r.rung.name.clone()).unwrap_or_default();
+    let rung_at = |row: usize| {
+        rows.checked_sub(row + 1).and_then(|r| results.rungs.get(r)).map(|r| r.rung.name.clone()).unwrap_or_default()
+    };
     let label = |value: &SegmentValue<usize>, names: &dyn Fn(usize) -> String| match value {
         SegmentValue::CenterOf(i) => names(*i),
         _ => String::new(),
@@ -223,7 +242,10 @@ fn draw_heat<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, results: &StudyRe
                 }
                 _ => (WHITE, "—".to_string()),
             };
-            let cell = [(SegmentValue::Exact(col), SegmentValue::Exact(row)), (SegmentValue::Exact(col + 1), SegmentValue::Exact(row + 1))];
+            let cell = [
+                (SegmentValue::Exact(col), SegmentValue::Exact(row)),
+                (SegmentValue::Exact(col + 1), SegmentValue::Exact(row + 1)),
+            ];
             chart.draw_series(std::iter::once(Rectangle::new(cell, fill.filled()))).map_err(err)?;
             let center = (SegmentValue::CenterOf(col), SegmentValue::CenterOf(row));
             chart.draw_series(std::iter::once(Text::new(text, center, centered.clone()))).map_err(err)?;
@@ -285,7 +307,8 @@ fn draw_scaling<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, points: &[Scal
         ("peak memory (process)", "MB", |p| (p.ours_mb, p.torch_mb)),
     ];
     for (panel, (title, unit, series)) in panels.iter().zip(specs) {
-        let values: Vec<f64> = points.iter().flat_map(|p| [series(p).0, series(p).1]).flatten().filter(|v| *v > 0.0).collect();
+        let values: Vec<f64> =
+            points.iter().flat_map(|p| [series(p).0, series(p).1]).flatten().filter(|v| *v > 0.0).collect();
         let (lo, hi) = values.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
         let (lo, hi) = if values.is_empty() { (1.0, 10.0) } else { (lo / 1.5, hi * 1.5) };
         let mut chart = ChartBuilder::on(panel)
@@ -300,13 +323,16 @@ fn draw_scaling<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, points: &[Scal
             .x_desc("sequence length T (8192 tokens per batch)")
             .y_desc(unit)
             .x_labels((lengths.1 - lengths.0) as usize + 3)
-            .x_label_formatter(&|v| if (v - v.round()).abs() < 1e-6 { format!("{}", 2f64.powf(v.round())) } else { String::new() })
+            .x_label_formatter(&|v| {
+                if (v - v.round()).abs() < 1e-6 { format!("{}", 2f64.powf(v.round())) } else { String::new() }
+            })
             .y_label_formatter(&|v| nice_log_label(*v))
             .y_labels(8)
             .light_line_style(TRANSPARENT)
             .draw()
             .map_err(err)?;
-        let lines = [("ours (flex, fused kernel)", RGBColor(31, 119, 180), 0), ("torch SDPA", RGBColor(214, 39, 40), 1)];
+        let lines =
+            [("ours (flex, fused kernel)", RGBColor(31, 119, 180), 0), ("torch SDPA", RGBColor(214, 39, 40), 1)];
         for (name, color, which) in lines {
             let line: Vec<(f64, f64)> = points
                 .iter()
@@ -342,7 +368,13 @@ mod tests {
     fn scaling_plot_is_written_as_a_png() {
         let points: Vec<ScalingPoint> = [128, 256, 512, 1024]
             .iter()
-            .map(|&t| ScalingPoint { seq_len: t, ours_ms: t as f64 * 0.1, torch_ms: Some(t as f64 * 0.12), ours_mb: Some(80.0), torch_mb: None })
+            .map(|&t| ScalingPoint {
+                seq_len: t,
+                ours_ms: t as f64 * 0.1,
+                torch_ms: Some(t as f64 * 0.12),
+                ours_mb: Some(80.0),
+                torch_mb: None,
+            })
             .collect();
         let dir = std::env::temp_dir().join(format!("scaling-plot-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -6,7 +6,9 @@ use std::fmt::Write;
 
 use model::Backend;
 
-use crate::study::{BLOW_UP, Condition, Difference, RunResult, StudyResults, Variant, cross_backend_max_diff, mean_std, smooth};
+use crate::study::{
+    BLOW_UP, Condition, Difference, RunResult, StudyResults, Variant, cross_backend_max_diff, mean_std, smooth,
+};
 
 /// First step (1-based) at which the smoothed train loss is below `threshold`.
 pub fn steps_to(losses: &[f64], threshold: f64, window: usize) -> Option<usize> {
@@ -83,7 +85,11 @@ fn pm(values: &[f64]) -> String {
 
 /// Four significant digits, fixed-point where it reads well.
 fn sig(v: f64) -> String {
-    if v == 0.0 || (1e-3..1e4).contains(&v.abs()) { format!("{v:.4}").trim_end_matches('0').trim_end_matches('.').to_string() } else { format!("{v:.3e}") }
+    if v == 0.0 || (1e-3..1e4).contains(&v.abs()) {
+        format!("{v:.4}").trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        format!("{v:.3e}")
+    }
 }
 
 fn interval(d: &Difference) -> String {
@@ -94,7 +100,13 @@ fn interval(d: &Difference) -> String {
 pub fn verdict_of(difference: Option<Difference>, keras: &Cell, projected: &Cell) -> String {
     match difference {
         _ if keras.diverged > 0 || projected.diverged > 0 => {
-            format!("diverged (keras {}/{}, projected {}/{} seeds)", keras.diverged, keras.seeds(), projected.diverged, projected.seeds())
+            format!(
+                "diverged (keras {}/{}, projected {}/{} seeds)",
+                keras.diverged,
+                keras.seeds(),
+                projected.diverged,
+                projected.seeds()
+            )
         }
         None => "too few seeds".into(),
         Some(d) if !d.significant() => format!("equal (within ±{:.5})", d.half_width),
@@ -112,7 +124,8 @@ pub fn markdown(results: &StudyResults, command: &str) -> String {
     let mut out = String::new();
     let backend = primary_backend(results);
     let window = results.smoothing;
-    let seeds: std::collections::BTreeSet<u64> = results.runs.iter().filter(|r| r.backend == backend).map(|r| r.seed).collect();
+    let seeds: std::collections::BTreeSet<u64> =
+        results.runs.iter().filter(|r| r.backend == backend).map(|r| r.seed).collect();
     let _ = writeln!(out, "# Study `{}`: Keras-exact vs projected attention on a ladder of tasks\n", results.name);
     let _ = writeln!(out, "Made by `{command}`.\n");
     let _ = writeln!(
@@ -130,14 +143,25 @@ pub fn markdown(results: &StudyResults, command: &str) -> String {
     );
 
     let _ = writeln!(out, "## The ladder\n");
-    let _ = writeln!(out, "At the base condition, on {backend}; \"steps to\" counts to the rung's threshold (a quarter of the way from the Bayes floor to the per-position floor) in the running mean over {window} steps.\n");
-    let _ = writeln!(out, "| rung | task | per-position floor | Bayes floor | keras test | projected test | keras_1head test | steps to threshold (keras / projected) |");
+    let _ = writeln!(
+        out,
+        "At the base condition, on {backend}; \"steps to\" counts to the rung's threshold (a quarter of the way from the Bayes floor to the per-position floor) in the running mean over {window} steps.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| rung | task | per-position floor | Bayes floor | keras test | projected test | keras_1head test | steps to threshold (keras / projected) |"
+    );
     let _ = writeln!(out, "|---|---|---:|---:|---:|---:|---:|---:|");
     for floors in &results.rungs {
         let base = results.base_condition(&floors.rung.name);
         let cells: Vec<Cell> = Variant::ALL.iter().map(|&v| Cell::of(results, &base, v, backend)).collect();
         let steps = |cell: &Cell| {
-            let reached: Vec<f64> = cell.finished.iter().filter_map(|r| steps_to(&r.losses, floors.threshold, window)).map(|s| s as f64).collect();
+            let reached: Vec<f64> = cell
+                .finished
+                .iter()
+                .filter_map(|r| steps_to(&r.losses, floors.threshold, window))
+                .map(|s| s as f64)
+                .collect();
             match reached.len() {
                 0 => "not reached".to_string(),
                 n if n == cell.seeds() => format!("{:.0}", mean_std(&reached).0),
@@ -160,11 +184,18 @@ pub fn markdown(results: &StudyResults, command: &str) -> String {
     }
 
     let _ = writeln!(out, "\n## Verdict per condition\n");
-    let _ = writeln!(out, "Test loss, mean ± sd over seeds, on {backend}; the difference keras - projected with its 95% Welch interval, and the same for the area under the training curve (mean smoothed train loss over the run). A condition where a seed diverged has no interval.\n");
-    let _ = writeln!(out, "| rung | lr | train size | keras test | projected test | keras - projected [95% CI] | verdict | curve area keras - projected [95% CI] |");
+    let _ = writeln!(
+        out,
+        "Test loss, mean ± sd over seeds, on {backend}; the difference keras - projected with its 95% Welch interval, and the same for the area under the training curve (mean smoothed train loss over the run). A condition where a seed diverged has no interval.\n"
+    );
+    let _ = writeln!(
+        out,
+        "| rung | lr | train size | keras test | projected test | keras - projected [95% CI] | verdict | curve area keras - projected [95% CI] |"
+    );
     let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---|---:|");
     let conditions = conditions(results);
-    let (mut equal, mut keras_better, mut projected_better, mut diverged) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut equal, mut keras_better, mut projected_better, mut diverged) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut half_widths = Vec::new();
     for condition in &conditions {
         let keras = Cell::of(results, condition, Variant::Keras, backend);
@@ -179,8 +210,16 @@ pub fn markdown(results: &StudyResults, command: &str) -> String {
                 half_widths.push((d.half_width, mean_std(&[keras.test_losses(), projected.test_losses()].concat()).0));
                 equal.push(place)
             }
-            Some(d) if d.estimate < 0.0 => keras_better.push(format!("{place} (by {:.5}, {:.1}%)", -d.estimate, -100.0 * d.estimate / projected.mean_test().unwrap_or(1.0))),
-            Some(d) => projected_better.push(format!("{place} (by {:.5}, {:.1}%)", d.estimate, 100.0 * d.estimate / keras.mean_test().unwrap_or(1.0))),
+            Some(d) if d.estimate < 0.0 => keras_better.push(format!(
+                "{place} (by {:.5}, {:.1}%)",
+                -d.estimate,
+                -100.0 * d.estimate / projected.mean_test().unwrap_or(1.0)
+            )),
+            Some(d) => projected_better.push(format!(
+                "{place} (by {:.5}, {:.1}%)",
+                d.estimate,
+                100.0 * d.estimate / keras.mean_test().unwrap_or(1.0)
+            )),
             None => {}
         }
         let _ = writeln!(
@@ -197,7 +236,10 @@ pub fn markdown(results: &StudyResults, command: &str) -> String {
     }
 
     let _ = writeln!(out, "\n## Learning rates per rung\n");
-    let _ = writeln!(out, "\"Trains\": every seed finished and beat the per-position floor. The blow-up point is the smallest learning rate at which a seed's train loss rose above {BLOW_UP}x its first step's or stopped being finite (diverged).\n");
+    let _ = writeln!(
+        out,
+        "\"Trains\": every seed finished and beat the per-position floor. The blow-up point is the smallest learning rate at which a seed's train loss rose above {BLOW_UP}x its first step's or stopped being finite (diverged).\n"
+    );
     let _ = writeln!(out, "| rung | model | best lr (test loss) | learning rates that train | blow-up point |");
     let _ = writeln!(out, "|---|---|---:|---|---:|");
     let mut best_lrs = Vec::new();
@@ -205,8 +247,13 @@ pub fn markdown(results: &StudyResults, command: &str) -> String {
         let mut best_of = Vec::new();
         for variant in [Variant::Keras, Variant::Projected] {
             let sweep = lr_sweep(results, &floors.rung.name, variant, backend);
-            let best = sweep.iter().filter(|(_, c)| c.diverged == 0).filter_map(|(l, c)| c.mean_test().map(|m| (*l, m))).min_by(|a, b| a.1.total_cmp(&b.1));
-            let training: Vec<String> = sweep.iter().filter(|(_, c)| c.trains(floors.per_position_floor)).map(|(l, _)| lr(*l)).collect();
+            let best = sweep
+                .iter()
+                .filter(|(_, c)| c.diverged == 0)
+                .filter_map(|(l, c)| c.mean_test().map(|m| (*l, m)))
+                .min_by(|a, b| a.1.total_cmp(&b.1));
+            let training: Vec<String> =
+                sweep.iter().filter(|(_, c)| c.trains(floors.per_position_floor)).map(|(l, _)| lr(*l)).collect();
             let blow_up = sweep.iter().find(|(_, c)| c.blew_up > 0).map(|(l, c)| {
                 let diverged = if c.diverged > 0 { format!(", {} diverged", c.diverged) } else { String::new() };
                 format!("{} ({}/{} seeds{diverged})", lr(*l), c.blew_up, c.seeds())
@@ -217,7 +264,10 @@ pub fn markdown(results: &StudyResults, command: &str) -> String {
                 floors.rung.name,
                 best.map(|(l, m)| format!("{} ({m:.5})", lr(l))).unwrap_or_else(|| "—".into()),
                 if training.is_empty() { "none".into() } else { training.join(", ") },
-                blow_up.unwrap_or_else(|| format!("none up to {}", lr(results.learning_rates.iter().copied().fold(0.0, f64::max))))
+                blow_up.unwrap_or_else(|| format!(
+                    "none up to {}",
+                    lr(results.learning_rates.iter().copied().fold(0.0, f64::max))
+                ))
             );
             best_of.push(best.map(|(l, _)| l));
         }
@@ -225,13 +275,24 @@ pub fn markdown(results: &StudyResults, command: &str) -> String {
     }
 
     let _ = writeln!(out, "\n## At each model's own best learning rate\n");
-    let _ = writeln!(out, "Each model at the learning rate of its lowest mean test loss (from the table above), {} training sequences: the comparison a user who tunes the learning rate for each model makes.\n", results.base_train_size);
+    let _ = writeln!(
+        out,
+        "Each model at the learning rate of its lowest mean test loss (from the table above), {} training sequences: the comparison a user who tunes the learning rate for each model makes.\n",
+        results.base_train_size
+    );
     let _ = writeln!(out, "| rung | keras (lr) | projected (lr) | keras - projected [95% CI] | verdict |");
     let _ = writeln!(out, "|---|---:|---:|---:|---|");
     let mut tuned = (0usize, Vec::new(), Vec::new());
     for (floors, keras_lr, projected_lr) in &best_lrs {
         let (Some(keras_lr), Some(projected_lr)) = (keras_lr, projected_lr) else { continue };
-        let at = |learning_rate: f64, variant| Cell::of(results, &Condition { rung: floors.rung.name.clone(), learning_rate, train_size: results.base_train_size }, variant, backend);
+        let at = |learning_rate: f64, variant| {
+            Cell::of(
+                results,
+                &Condition { rung: floors.rung.name.clone(), learning_rate, train_size: results.base_train_size },
+                variant,
+                backend,
+            )
+        };
         let (keras, projected) = (at(*keras_lr, Variant::Keras), at(*projected_lr, Variant::Projected));
         let difference = Difference::welch(&keras.test_losses(), &projected.test_losses());
         let verdict = verdict_of(difference, &keras, &projected);
@@ -254,7 +315,11 @@ pub fn markdown(results: &StudyResults, command: &str) -> String {
     }
 
     let _ = writeln!(out, "\n## Positive control: one head\n");
-    let _ = writeln!(out, "The Keras layer with one head instead of {} (the two-lookup teachers need two), at each rung's base condition, against the Keras layer: the study must flag it.\n", results.num_heads);
+    let _ = writeln!(
+        out,
+        "The Keras layer with one head instead of {} (the two-lookup teachers need two), at each rung's base condition, against the Keras layer: the study must flag it.\n",
+        results.num_heads
+    );
     let _ = writeln!(out, "| rung | keras test | keras_1head test | keras_1head - keras [95% CI] | flagged |");
     let _ = writeln!(out, "|---|---:|---:|---:|---|");
     let mut flagged = 0;
@@ -278,7 +343,15 @@ pub fn markdown(results: &StudyResults, command: &str) -> String {
 
     let _ = writeln!(out, "\n## Verdict\n");
     let total = conditions.len();
-    let _ = writeln!(out, "- Over {total} conditions ({} rungs x learning rates and training-set sizes), on {backend}: the two models are equal within the 95% interval in {}, keras is lower in {}, projected is lower in {}, and at least one seed diverged in {}.", results.rungs.len(), equal.len(), keras_better.len(), projected_better.len(), diverged.len());
+    let _ = writeln!(
+        out,
+        "- Over {total} conditions ({} rungs x learning rates and training-set sizes), on {backend}: the two models are equal within the 95% interval in {}, keras is lower in {}, projected is lower in {}, and at least one seed diverged in {}.",
+        results.rungs.len(),
+        equal.len(),
+        keras_better.len(),
+        projected_better.len(),
+        diverged.len()
+    );
     if !keras_better.is_empty() {
         let _ = writeln!(out, "- Keras-exact lower: {}.", keras_better.join("; "));
     }
@@ -296,7 +369,11 @@ pub fn markdown(results: &StudyResults, command: &str) -> String {
         if tuned.1.is_empty() { String::new() } else { format!("; keras lower on {}", tuned.1.join(", ")) },
         if tuned.2.is_empty() { String::new() } else { format!("; projected lower on {}", tuned.2.join(", ")) },
     );
-    let _ = writeln!(out, "- The positive control (one head) is flagged as different on {flagged} of {} rungs.", results.rungs.len());
+    let _ = writeln!(
+        out,
+        "- The positive control (one head) is flagged as different on {flagged} of {} rungs.",
+        results.rungs.len()
+    );
     if !half_widths.is_empty() {
         let mut relative: Vec<f64> = half_widths.iter().map(|(h, m)| h / m).collect();
         relative.sort_by(f64::total_cmp);
@@ -313,8 +390,14 @@ pub fn markdown(results: &StudyResults, command: &str) -> String {
     }
 
     let _ = writeln!(out, "\n## Cross-backend agreement\n");
-    let _ = writeln!(out, "Same initial weights and batches on every backend: the largest difference of the per-step train loss between two backends, over every run both have, apart from the runs that blew up (chaotic, where rounding differences grow without bound).\n");
-    let _ = writeln!(out, "| model | backends | max \\|Δ loss\\|, stable runs | where | max \\|Δ loss\\|, runs that blew up |");
+    let _ = writeln!(
+        out,
+        "Same initial weights and batches on every backend: the largest difference of the per-step train loss between two backends, over every run both have, apart from the runs that blew up (chaotic, where rounding differences grow without bound).\n"
+    );
+    let _ = writeln!(
+        out,
+        "| model | backends | max \\|Δ loss\\|, stable runs | where | max \\|Δ loss\\|, runs that blew up |"
+    );
     let _ = writeln!(out, "|---|---|---:|---|---:|");
     // The primary backend first: flex vs ndarray, flex vs wgpu, then ndarray vs wgpu.
     let mut backends = results.backends();
@@ -322,7 +405,8 @@ pub fn markdown(results: &StudyResults, command: &str) -> String {
     for variant in Variant::ALL {
         for (i, &a) in backends.iter().enumerate() {
             for &b in &backends[i + 1..] {
-                let chaotic = cross_backend_max_diff(results, variant, (a, b), false).map_or("—".into(), |(diff, _)| format!("{diff:.2e}"));
+                let chaotic = cross_backend_max_diff(results, variant, (a, b), false)
+                    .map_or("—".into(), |(diff, _)| format!("{diff:.2e}"));
                 if let Some((diff, place)) = cross_backend_max_diff(results, variant, (a, b), true) {
                     let _ = writeln!(out, "| {variant} | {a} vs {b} | {diff:.2e} | {place} | {chaotic} |");
                 }

@@ -144,7 +144,8 @@ pub fn train(config: &RunConfig, options: &RunOptions) -> Result<Option<Summary>
     let batch = config.train.batch_size;
     let steps_per_epoch = config.task.train_size / batch;
     let total_steps = steps_per_epoch * config.train.epochs;
-    let progress = Progress::new(&config.name, options.progress, total_steps, config.train.epochs, config.train.log_every);
+    let progress =
+        Progress::new(&config.name, options.progress, total_steps, config.train.epochs, config.train.log_every);
     let what = if resumed { format!("resuming at step {}", position.step) } else { "starting".to_string() };
     progress.line(&format!("{} model ({} parameters) on {}, {what}", spec.kind(), model.num_params(), config.backend));
     let mut steps_this_run = 0;
@@ -162,7 +163,11 @@ pub fn train(config: &RunConfig, options: &RunOptions) -> Result<Option<Summary>
                 diverged_at_step = Some(position.step + 1);
                 break;
             }
-            bail!("{}: the loss became {loss_value} at step {} (lower train.learning_rate)", config.name, position.step);
+            bail!(
+                "{}: the loss became {loss_value} at step {} (lower train.learning_rate)",
+                config.name,
+                position.step
+            );
         }
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(config.train.learning_rate, model, grads);
@@ -170,7 +175,12 @@ pub fn train(config: &RunConfig, options: &RunOptions) -> Result<Option<Summary>
         steps_this_run += 1;
         position.seconds += window_start.elapsed().as_secs_f64();
         window_start = Instant::now();
-        position.steps.push(StepRow { step: position.step, epoch: epoch + 1, loss: loss_value, seconds: position.seconds });
+        position.steps.push(StepRow {
+            step: position.step,
+            epoch: epoch + 1,
+            loss: loss_value,
+            seconds: position.seconds,
+        });
 
         let epoch_done = position.step % steps_per_epoch == 0;
         if epoch_done {
@@ -179,13 +189,29 @@ pub fn train(config: &RunConfig, options: &RunOptions) -> Result<Option<Summary>
             let train_loss = rows.iter().map(|r| r.loss).sum::<f64>() / rows.len() as f64;
             let valid_loss = evaluate(&model.valid(), &data.valid, batch, config.train.valid_batches, &device)?;
             position.seconds += eval_started.elapsed().as_secs_f64();
-            position.epochs.push(EpochRow { epoch: epoch + 1, step: position.step, train_loss, valid_loss, seconds: position.seconds });
-            progress.line(&format!("epoch {}/{} train_loss {train_loss:.5} valid_loss {valid_loss:.5}", epoch + 1, config.train.epochs));
+            position.epochs.push(EpochRow {
+                epoch: epoch + 1,
+                step: position.step,
+                train_loss,
+                valid_loss,
+                seconds: position.seconds,
+            });
+            progress.line(&format!(
+                "epoch {}/{} train_loss {train_loss:.5} valid_loss {valid_loss:.5}",
+                epoch + 1,
+                config.train.epochs
+            ));
             window_start = Instant::now();
         }
         let recent = &position.steps[position.steps.len().saturating_sub(config.train.log_every)..];
         let recent_loss = recent.iter().map(|r| r.loss).sum::<f64>() / recent.len() as f64;
-        progress.step(position.step, epoch + 1, recent_loss, (position.step * batch) as f64 / position.seconds.max(1e-9), batch);
+        progress.step(
+            position.step,
+            epoch + 1,
+            recent_loss,
+            (position.step * batch) as f64 / position.seconds.max(1e-9),
+            batch,
+        );
         if epoch_done || position.step % config.train.checkpoint_every == 0 {
             save_checkpoint(&dir, &model, &optim, &position)?;
         }
@@ -228,7 +254,10 @@ pub fn train(config: &RunConfig, options: &RunOptions) -> Result<Option<Summary>
         diverged_at_step,
     };
     write_metrics(&dir, &position)?;
-    let weights = TensorFile { tensors: inference.library_weights(), metadata: [("model".into(), spec.kind().to_string())].into() };
+    let weights = TensorFile {
+        tensors: inference.library_weights(),
+        metadata: [("model".into(), spec.kind().to_string())].into(),
+    };
     weights.write(&dir.join("weights.safetensors"))?;
     save_burnpack(inference, &dir.join("model.bpk"))?;
     write_atomic(&dir.join("summary.json"), serde_json::to_string_pretty(&summary)?.as_bytes())?;
@@ -287,8 +316,11 @@ fn save_checkpoint(dir: &Path, model: &TaskModel, optim: &ModuleOptimizer, posit
     }
     let tmp = dir.join("checkpoints").join(format!(".tmp-step-{:06}", position.step));
     std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    TensorFile { tensors: model.library_weights(), metadata: Default::default() }.write(&tmp.join("model.safetensors"))?;
-    optim.save(tmp.join("optimizer.bpk")).map_err(|e| anyhow::anyhow!("cannot write the optimizer state to {}: {e:?}", tmp.display()))?;
+    TensorFile { tensors: model.library_weights(), metadata: Default::default() }
+        .write(&tmp.join("model.safetensors"))?;
+    optim
+        .save(tmp.join("optimizer.bpk"))
+        .map_err(|e| anyhow::anyhow!("cannot write the optimizer state to {}: {e:?}", tmp.display()))?;
     write_atomic(&tmp.join("position.json"), serde_json::to_string(position)?.as_bytes())?;
     std::fs::rename(&tmp, &target).with_context(|| format!("cannot move checkpoint into {}", target.display()))?;
     write_metrics(dir, position)?;
@@ -320,11 +352,24 @@ fn latest_checkpoint(dir: &Path) -> Result<Option<PathBuf>> {
     Ok(complete_checkpoints(dir)?.into_iter().max())
 }
 
-fn load_checkpoint(path: &Path, spec: &ModelSpec, config: &RunConfig, device: &Device) -> Result<(TaskModel, ModuleOptimizer, Position)> {
+fn load_checkpoint(
+    path: &Path,
+    spec: &ModelSpec,
+    config: &RunConfig,
+    device: &Device,
+) -> Result<(TaskModel, ModuleOptimizer, Position)> {
     let weights = TensorFile::read(&path.join("model.safetensors"))?.tensors;
-    let model = spec.init_with_weights(&weights, device).with_context(|| format!("checkpoint {}", path.display()))?.with_stable_param_ids();
-    let optim = config.optimizer.init().load(path.join("optimizer.bpk")).map_err(|e| anyhow::anyhow!("{}/optimizer.bpk: {e:?}", path.display()))?;
-    let position: Position = serde_json::from_slice(&std::fs::read(path.join("position.json"))?).with_context(|| format!("{}/position.json", path.display()))?;
+    let model = spec
+        .init_with_weights(&weights, device)
+        .with_context(|| format!("checkpoint {}", path.display()))?
+        .with_stable_param_ids();
+    let optim = config
+        .optimizer
+        .init()
+        .load(path.join("optimizer.bpk"))
+        .map_err(|e| anyhow::anyhow!("{}/optimizer.bpk: {e:?}", path.display()))?;
+    let position: Position = serde_json::from_slice(&std::fs::read(path.join("position.json"))?)
+        .with_context(|| format!("{}/position.json", path.display()))?;
     Ok((model, optim, position))
 }
 
@@ -364,7 +409,11 @@ fn init_weights(path: &Path, spec: &ModelSpec) -> Result<WeightMap> {
         "pt" | "pth" => {
             let layers = model::torch_file::read_torch_file(path, heads)?;
             let [layer] = <[_; 1]>::try_from(layers).map_err(|layers: Vec<model::torch_file::TorchFileLayer>| {
-                anyhow::anyhow!("{} holds {} nn.MultiheadAttention layers; extract one with `cargo xtask convert --layer PREFIX`", path.display(), layers.len())
+                anyhow::anyhow!(
+                    "{} holds {} nn.MultiheadAttention layers; extract one with `cargo xtask convert --layer PREFIX`",
+                    path.display(),
+                    layers.len()
+                )
             })?;
             if wants_projected && matches!(layer.model, model::torch_file::TorchFileModel::Projected(_)) {
                 return Ok(layer.weights); // already the projected model's state dict
@@ -391,8 +440,14 @@ pub fn save_burnpack<M: Module>(module: M, path: &Path) -> Result<()> {
 fn print_summary(s: &Summary, wall: f64) {
     println!("--- {} ---", s.name);
     println!("model {} ({} parameters) on {}", s.model, s.parameters, s.backend);
-    println!("steps {} ({} epochs of batch {}), {:.0} samples/s, {:.1}s training, {wall:.1}s wall", s.steps, s.epochs, s.batch_size, s.samples_per_second, s.wall_seconds);
-    println!("loss  train {:.5}  valid {:.5}  test {:.5}  (test R2 {:.3})", s.train_loss, s.valid_loss, s.test_loss, s.test_r2);
+    println!(
+        "steps {} ({} epochs of batch {}), {:.0} samples/s, {:.1}s training, {wall:.1}s wall",
+        s.steps, s.epochs, s.batch_size, s.samples_per_second, s.wall_seconds
+    );
+    println!(
+        "loss  train {:.5}  valid {:.5}  test {:.5}  (test R2 {:.3})",
+        s.train_loss, s.valid_loss, s.test_loss, s.test_r2
+    );
     println!("floors: per-position model {:.5}, Bayes {:.5}", s.per_position_floor, s.bayes_floor);
 }
 

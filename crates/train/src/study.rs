@@ -41,13 +41,49 @@ pub struct Rung {
 /// The default ladder, easiest first: the project's lookup task, then rungs that need more of
 /// the layer.
 pub fn ladder() -> Vec<Rung> {
-    let rung = |name: &str, description: &str, teacher, beta, noise_std| Rung { name: name.into(), description: description.into(), teacher, beta, noise_std };
+    let rung = |name: &str, description: &str, teacher, beta, noise_std| Rung {
+        name: name.into(),
+        description: description.into(),
+        teacher,
+        beta,
+        noise_std,
+    };
     vec![
-        rung("lookup", "two content lookups, beta 3 (the project's task; one layer with two heads represents it)", Teacher::Lookup, 3.0, 0.1),
-        rung("sharp", "the same lookups at beta 8: near-argmax attention, steeper and flatter regions of the loss", Teacher::Lookup, 8.0, 0.1),
-        rung("noisy", "the same lookups under target noise 0.5: 25x less signal per position", Teacher::Lookup, 3.0, 0.5),
-        rung("four_heads", "four lookups, one per target, each reading features the others use as queries, keys and values: the heads interfere", Teacher::FourHeads, 3.0, 0.1),
-        rung("two_hop", "a lookup whose query is another lookup's answer: one attention layer cannot represent it", Teacher::TwoHop, 3.0, 0.1),
+        rung(
+            "lookup",
+            "two content lookups, beta 3 (the project's task; one layer with two heads represents it)",
+            Teacher::Lookup,
+            3.0,
+            0.1,
+        ),
+        rung(
+            "sharp",
+            "the same lookups at beta 8: near-argmax attention, steeper and flatter regions of the loss",
+            Teacher::Lookup,
+            8.0,
+            0.1,
+        ),
+        rung(
+            "noisy",
+            "the same lookups under target noise 0.5: 25x less signal per position",
+            Teacher::Lookup,
+            3.0,
+            0.5,
+        ),
+        rung(
+            "four_heads",
+            "four lookups, one per target, each reading features the others use as queries, keys and values: the heads interfere",
+            Teacher::FourHeads,
+            3.0,
+            0.1,
+        ),
+        rung(
+            "two_hop",
+            "a lookup whose query is another lookup's answer: one attention layer cannot represent it",
+            Teacher::TwoHop,
+            3.0,
+            0.1,
+        ),
     ]
 }
 
@@ -175,7 +211,11 @@ impl StudyConfig {
 
     /// The base condition of a rung.
     pub fn base_condition(&self, rung: &str) -> Condition {
-        Condition { rung: rung.into(), learning_rate: self.base.train.learning_rate, train_size: self.base.task.train_size }
+        Condition {
+            rung: rung.into(),
+            learning_rate: self.base.train.learning_rate,
+            train_size: self.base.task.train_size,
+        }
     }
 
     /// Every condition: per rung, the learning-rate sweep, then the data-size sweep (the base
@@ -247,8 +287,16 @@ impl StudyConfig {
 
     /// Errors before anything trains: an empty sweep, or a size that does not fit the steps.
     fn check(&self) -> Result<()> {
-        if self.rungs.is_empty() || self.seeds.is_empty() || self.backends.is_empty() || self.learning_rates.is_empty() || self.steps == 0 {
-            bail!("study {}: it needs at least one rung, seed, backend and learning rate, and a positive number of steps", self.name);
+        if self.rungs.is_empty()
+            || self.seeds.is_empty()
+            || self.backends.is_empty()
+            || self.learning_rates.is_empty()
+            || self.steps == 0
+        {
+            bail!(
+                "study {}: it needs at least one rung, seed, backend and learning rate, and a positive number of steps",
+                self.name
+            );
         }
         for condition in self.conditions() {
             self.epochs(condition.train_size)?;
@@ -262,7 +310,13 @@ impl StudyConfig {
         let mut config = self.base.clone();
         config.name = format!(
             "{}-{}-lr{:e}-n{}-{}-{}-s{}",
-            self.name, rung.name, run.condition.learning_rate, run.condition.train_size, run.variant, run.backend, run.seed
+            self.name,
+            rung.name,
+            run.condition.learning_rate,
+            run.condition.train_size,
+            run.variant,
+            run.backend,
+            run.seed
         );
         config.backend = run.backend.to_string();
         run.variant.configure(&mut config);
@@ -397,16 +451,33 @@ pub fn run_study(study: &StudyConfig, runs_dir: &Path, data_dir: &Path) -> Resul
             eta / 60.0
         );
         let losses = read_losses(&runs_dir.join(&config.name).join("steps.csv"))?;
-        results.push(RunResult { condition: run.condition.clone(), variant: run.variant, backend: run.backend, seed: run.seed, summary, losses });
+        results.push(RunResult {
+            condition: run.condition.clone(),
+            variant: run.variant,
+            backend: run.backend,
+            seed: run.seed,
+            summary,
+            losses,
+        });
     }
     let rungs = study
         .rungs
         .iter()
         .map(|rung| {
-            let task = crate::task::TaskConfig { teacher: rung.teacher, beta: rung.beta, noise_std: rung.noise_std, ..study.base.task.clone() };
+            let task = crate::task::TaskConfig {
+                teacher: rung.teacher,
+                beta: rung.beta,
+                noise_std: rung.noise_std,
+                ..study.base.task.clone()
+            };
             let per_position = per_position_floor(&task, 256, 256);
             let bayes = rung.noise_std.powi(2);
-            RungFloors { rung: rung.clone(), per_position_floor: per_position, bayes_floor: bayes, threshold: bayes + 0.25 * (per_position - bayes) }
+            RungFloors {
+                rung: rung.clone(),
+                per_position_floor: per_position,
+                bayes_floor: bayes,
+                threshold: bayes + 0.25 * (per_position - bayes),
+            }
         })
         .collect();
     Ok(StudyResults {
@@ -446,7 +517,8 @@ fn initial_weights(study: &StudyConfig, variant: Variant, seed: u64, dir: &Path)
 /// anything else starts over. Returns the summary and whether it was reused.
 fn run_or_reuse(config: &RunConfig, runs_dir: &Path, data_dir: &Path, fresh: bool) -> Result<(Summary, bool)> {
     let dir = runs_dir.join(&config.name);
-    let same_config = !fresh && std::fs::read_to_string(dir.join("config.toml")).is_ok_and(|saved| saved == config.to_toml());
+    let same_config =
+        !fresh && std::fs::read_to_string(dir.join("config.toml")).is_ok_and(|saved| saved == config.to_toml());
     if same_config && let Ok(text) = std::fs::read_to_string(dir.join("summary.json")) {
         let summary = serde_json::from_str(&text).with_context(|| format!("{}/summary.json", dir.display()))?;
         return Ok((summary, true));
@@ -528,8 +600,8 @@ impl Difference {
 /// Two-sided 95% critical value of Student's t (table for df 1..30, then the normal limit).
 pub fn t_critical_95(df: f64) -> f64 {
     const TABLE: [f64; 30] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101,
-        2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
     ];
     if !df.is_finite() || df > 30.0 {
         return 1.960;
@@ -542,10 +614,18 @@ pub fn t_critical_95(df: f64) -> f64 {
 /// variant, condition and seed (same initial weights, same batches), over every such pair whose
 /// runs are `stable` (neither [blew up](RunResult::blew_up)) or not: a run that blows up is
 /// chaotic, and float rounding differences between backends grow without bound in it.
-pub fn cross_backend_max_diff(results: &StudyResults, variant: Variant, pair: (Backend, Backend), stable: bool) -> Option<(f64, String)> {
+pub fn cross_backend_max_diff(
+    results: &StudyResults,
+    variant: Variant,
+    pair: (Backend, Backend),
+    stable: bool,
+) -> Option<(f64, String)> {
     let mut by_run: BTreeMap<String, Vec<&RunResult>> = BTreeMap::new();
     for run in results.runs.iter().filter(|r| r.variant == variant && !r.diverged()) {
-        let key = format!("{} lr {:e} n {} seed {}", run.condition.rung, run.condition.learning_rate, run.condition.train_size, run.seed);
+        let key = format!(
+            "{} lr {:e} n {} seed {}",
+            run.condition.rung, run.condition.learning_rate, run.condition.train_size, run.seed
+        );
         by_run.entry(key).or_default().push(run);
     }
     let mut worst: Option<(f64, String)> = None;

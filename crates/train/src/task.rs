@@ -80,7 +80,16 @@ pub struct TaskConfig {
 
 impl Default for TaskConfig {
     fn default() -> Self {
-        Self { seq_len: 136, seed: 20240611, train_size: 4096, valid_size: 512, test_size: 512, beta: 3.0, noise_std: 0.1, teacher: Teacher::Lookup }
+        Self {
+            seq_len: 136,
+            seed: 20240611,
+            train_size: 4096,
+            valid_size: 512,
+            test_size: 512,
+            beta: 3.0,
+            noise_std: 0.1,
+            teacher: Teacher::Lookup,
+        }
     }
 }
 
@@ -244,7 +253,9 @@ pub fn teacher_row(teacher: Teacher, x: &[f64], seq_len: usize, beta: f64, t: us
                 _ => [a0, a1, b0, b1],
             }
         }
-        Teacher::FourHeads => std::array::from_fn(|i| lookup(x, seq_len, beta, feature(i), (i + 1) % 4, [(i + 2) % 4])[0]),
+        Teacher::FourHeads => {
+            std::array::from_fn(|i| lookup(x, seq_len, beta, feature(i), (i + 1) % 4, [(i + 2) % 4])[0])
+        }
     }
 }
 
@@ -284,7 +295,9 @@ fn estimate_per_position_floor(config: &TaskConfig, queries: usize, contexts: us
             }
         }
         let n = contexts as f64;
-        total_variance += (0..OUTPUT_DIM).map(|j| sum_sq[j] / n - (sum[j] / n).powi(2)).sum::<f64>() * n / (n - 1.0) / OUTPUT_DIM as f64;
+        total_variance += (0..OUTPUT_DIM).map(|j| sum_sq[j] / n - (sum[j] / n).powi(2)).sum::<f64>() * n
+            / (n - 1.0)
+            / OUTPUT_DIM as f64;
     }
     total_variance / queries as f64 + config.noise_std.powi(2)
 }

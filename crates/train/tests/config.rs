@@ -71,7 +71,9 @@ fn wrong_types_and_impossible_values_are_errors_naming_key_and_value() {
 
 #[test]
 fn set_overrides_apply_dotted_keys_and_keep_checks() {
-    let config = RunConfig::load(None, &["backend=ndarray".into(), "train.epochs=7".into(), "model.kind=\"projected\"".into()]).unwrap();
+    let config =
+        RunConfig::load(None, &["backend=ndarray".into(), "train.epochs=7".into(), "model.kind=\"projected\"".into()])
+            .unwrap();
     assert_eq!((config.backend.as_str(), config.train.epochs), ("ndarray", 7));
     assert_eq!(config.model.kind, train::models::ModelKind::Projected);
     let e = format!("{:#}", RunConfig::load(None, &["train.batch_size=0".into()]).unwrap_err());

@@ -27,5 +27,10 @@ fn trajectories_match_keras_and_torch_training_within_fixture_tolerances() {
             }
         }
     }
-    assert!(failures.is_empty(), "{} of {compared} quantities differ from the real library:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {compared} quantities differ from the real library:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use model::fixture::{self, Fixture};
 use burn::module::Module;
+use model::fixture::{self, Fixture};
 use model::{Backend, TensorFile};
 use train::config::RunConfig;
 use train::export::{Format, export};
@@ -22,7 +22,14 @@ fn tiny(overrides: &[&str]) -> RunConfig {
 }
 
 fn options(runs: &Path, resume: bool, stop_after: Option<usize>) -> RunOptions {
-    RunOptions { runs_dir: runs.to_path_buf(), data_dir: runs.join("data"), resume, stop_after, progress: false, stop_on_divergence: false }
+    RunOptions {
+        runs_dir: runs.to_path_buf(),
+        data_dir: runs.join("data"),
+        resume,
+        stop_after,
+        progress: false,
+        stop_on_divergence: false,
+    }
 }
 
 fn final_weights(runs: &Path, name: &str) -> model::WeightMap {
@@ -89,7 +96,8 @@ fn keras_and_torch_exports_of_both_models_reproduce_their_probe() {
         let burnpack = export(&runs.join(kind), Format::Burn, None, &runs.join("data")).unwrap();
         let device = Backend::Flex.device(Default::default()).unwrap();
         let loaded = config.model_spec().init(&device).unwrap().try_load_file(&burnpack).unwrap();
-        let probe = TensorFile::read(&PathBuf::from(format!("{}.probe.safetensors", burnpack.display()))).unwrap().tensors;
+        let probe =
+            TensorFile::read(&PathBuf::from(format!("{}.probe.safetensors", burnpack.display()))).unwrap().tensors;
         let x = probe.get("inputs.x").unwrap().to_tensor::<3>("x", &device).unwrap();
         let ours = model::HostTensor::from_tensor(loaded.forward(x, None, false).unwrap());
         let check = fixture::compare(kind, "flex", "burnpack", &ours, probe.get("outputs.output").unwrap(), 1e-6);
@@ -106,7 +114,11 @@ fn keras_and_torch_exports_of_both_models_reproduce_their_probe() {
     assert!(losses.iter().all(|&l| l == losses[0]), "{losses:?}");
     // The projected model starts from the Keras archive through the exact Keras -> projected mapping.
     let init = runs.join("keras/export/keras.keras");
-    let config = tiny(&["name=projected-from-keras", "model.kind=projected", &format!("model.init_from=\"{}\"", init.display())]);
+    let config = tiny(&[
+        "name=projected-from-keras",
+        "model.kind=projected",
+        &format!("model.init_from=\"{}\"", init.display()),
+    ]);
     train(&config, &options(&runs, false, None)).unwrap().unwrap();
     std::fs::remove_dir_all(&runs).ok();
 }

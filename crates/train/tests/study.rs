@@ -34,7 +34,14 @@ fn quick_study_writes_a_complete_report_and_reuses_its_runs() {
     let report_dir = root.join("report");
     let report = write_report(&results, &report_dir, "test").unwrap();
     let text = std::fs::read_to_string(&report).unwrap();
-    for section in ["## The ladder", "## Verdict per condition", "## Learning rates per rung", "## Positive control: one head", "## Verdict\n", "## Cross-backend agreement"] {
+    for section in [
+        "## The ladder",
+        "## Verdict per condition",
+        "## Learning rates per rung",
+        "## Positive control: one head",
+        "## Verdict\n",
+        "## Cross-backend agreement",
+    ] {
         assert!(text.contains(section), "no {section:?} in\n{text}");
     }
     for rung in ["lookup", "two_hop"] {
@@ -52,17 +59,30 @@ fn quick_study_writes_a_complete_report_and_reuses_its_runs() {
         let size = std::fs::metadata(report_dir.join(plot)).unwrap().len();
         assert!(size > 10_000, "{plot} is {size} bytes");
     }
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(report_dir.join("results.json")).unwrap()).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(report_dir.join("results.json")).unwrap()).unwrap();
     assert_eq!(json["runs"].as_array().unwrap().len(), results.runs.len());
 
     // A second study over the same runs reuses them instead of training again.
     // (summary.json is read back, so the recorded wall times come back equal, up to JSON's decimals.)
     let again = run_study(&study, &root.join("runs"), &root.join("data")).unwrap();
     for (a, b) in again.runs.iter().zip(&results.runs) {
-        assert!((a.summary.wall_seconds - b.summary.wall_seconds).abs() <= 1e-12 * b.summary.wall_seconds, "{} was trained again", a.summary.name);
+        assert!(
+            (a.summary.wall_seconds - b.summary.wall_seconds).abs() <= 1e-12 * b.summary.wall_seconds,
+            "{} was trained again",
+            a.summary.name
+        );
     }
     // A fresh study (after a code change) trains them again, same configs notwithstanding.
-    let fresh = StudyConfig { fresh: true, backends: vec![Backend::Flex], subset_backends: vec![], learning_rates: vec![1e-2], train_sizes: vec![], seeds: vec![1], ..study.clone() };
+    let fresh = StudyConfig {
+        fresh: true,
+        backends: vec![Backend::Flex],
+        subset_backends: vec![],
+        learning_rates: vec![1e-2],
+        train_sizes: vec![],
+        seeds: vec![1],
+        ..study.clone()
+    };
     for a in run_study(&fresh, &root.join("runs"), &root.join("data")).unwrap().runs {
         let b = results.runs.iter().find(|b| b.summary.name == a.summary.name).unwrap();
         assert_ne!(a.summary.wall_seconds, b.summary.wall_seconds, "{} was reused", a.summary.name);

@@ -68,7 +68,10 @@ fn two_hop_asks_its_second_lookup_with_the_first_ones_answer() {
     let two_hop = teacher_row(Teacher::TwoHop, &x, config.seq_len, config.beta, 0);
     let lookup = teacher_row(Teacher::Lookup, &x, config.seq_len, config.beta, 0);
     assert!((lookup[0] - x[5 * 4 + 2]).abs() < 1e-3, "hop one answers from position 5: {lookup:?}");
-    assert!((two_hop[0] - x[7 * 4 + 2]).abs() < 1e-3 && (two_hop[1] - x[7 * 4 + 3]).abs() < 1e-3, "hop two answers from position 7: {two_hop:?}");
+    assert!(
+        (two_hop[0] - x[7 * 4 + 2]).abs() < 1e-3 && (two_hop[1] - x[7 * 4 + 3]).abs() < 1e-3,
+        "hop two answers from position 7: {two_hop:?}"
+    );
     assert_eq!(two_hop[2..], lookup[2..], "head B is the lookup's");
 }
 

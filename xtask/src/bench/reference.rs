@@ -55,7 +55,8 @@ impl Reference {
             "op": "measure", "case": case, "phase": phase, "warmup": reps.warmup, "reps": reps.measured,
             "minimum": reps.minimum, "budget_s": reps.budget.as_secs_f64(),
         }))?;
-        serde_json::from_value(answer["times"].clone()).with_context(|| format!("{}: a measurement without times", self.script.display()))
+        serde_json::from_value(answer["times"].clone())
+            .with_context(|| format!("{}: a measurement without times", self.script.display()))
     }
 
     /// Every result so far (the rounds of a row and phase summarised together), peak memory,
@@ -88,7 +89,8 @@ impl Reference {
 
     fn answer(&mut self) -> Result<Value> {
         let mut line = String::new();
-        let read = self.answers.read_line(&mut line).with_context(|| format!("reading {}'s answer", self.script.display()))?;
+        let read =
+            self.answers.read_line(&mut line).with_context(|| format!("reading {}'s answer", self.script.display()))?;
         if read == 0 {
             bail!("{} ended without answering (its output is above)", self.script.display());
         }

@@ -93,9 +93,16 @@ mod tests {
             let (pair, t) = (2, 37);
             let rows: [u32; 16] = std::array::from_fn(|i| mask.row(pair, 32 + i));
             let at = |t: usize, s: usize| values[(pair * 64 + t) * 96 + s] > 0.0;
-            assert_eq!(mask.key_bits(mask.row(pair, t), 16), (0..16).fold(0u16, |b, i| b | (u16::from(at(t, 16 + i)) << i)));
+            assert_eq!(
+                mask.key_bits(mask.row(pair, t), 16),
+                (0..16).fold(0u16, |b, i| b | (u16::from(at(t, 16 + i)) << i))
+            );
             assert_eq!(mask.row_bits(&rows, 50), (0..16).fold(0u16, |b, i| b | (u16::from(at(32 + i, 50)) << i)));
         }
-        assert_ne!(KeepMask::new(0.5, [7, 3]).tensor_values(1, 8, 8), KeepMask::new(0.5, [7, 4]).tensor_values(1, 8, 8), "the call index changes the mask");
+        assert_ne!(
+            KeepMask::new(0.5, [7, 3]).tensor_values(1, 8, 8),
+            KeepMask::new(0.5, [7, 4]).tensor_values(1, 8, 8),
+            "the call index changes the mask"
+        );
     }
 }

@@ -15,7 +15,8 @@ pub(crate) const LOG2_E: f32 = std::f32::consts::LOG2_E;
 pub(crate) const LN2_HI: f32 = 0.693_359_4;
 pub(crate) const LN2_LO: f32 = -2.121_944_4e-4;
 /// `P` of `exp(r) = 1 + r + r² P(r)`, highest degree first.
-pub(crate) const POLYNOMIAL: [f32; 6] = [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
+pub(crate) const POLYNOMIAL: [f32; 6] =
+    [1.987_569_1e-4, 1.398_199_9e-3, 8.333_452e-3, 4.166_579_6e-2, 1.666_666_5e-1, 0.5];
 /// Adding 1.5 * 2^23 to a float of magnitude < 2^22 rounds it to the nearest integer `n`, held in
 /// the low mantissa bits: the sum's bit pattern is `ROUND_MAGIC.to_bits() + n`.
 const ROUND_MAGIC: f32 = 12_582_912.0;

@@ -90,12 +90,26 @@ mod simd {
     use crate::fused::tile::{Avx2, Avx512};
 
     #[target_feature(enable = "avx512f,avx2,fma")]
-    pub unsafe fn block_product_avx512(a: Rows, panels: &[Lanes], bias: Option<&[f32]>, k: usize, n: usize, c: &mut [f32]) {
+    pub unsafe fn block_product_avx512(
+        a: Rows,
+        panels: &[Lanes],
+        bias: Option<&[f32]>,
+        k: usize,
+        n: usize,
+        c: &mut [f32],
+    ) {
         block_product::<Avx512, 8>(a, panels, bias, k, n, c)
     }
 
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn block_product_avx2(a: Rows, panels: &[Lanes], bias: Option<&[f32]>, k: usize, n: usize, c: &mut [f32]) {
+    pub unsafe fn block_product_avx2(
+        a: Rows,
+        panels: &[Lanes],
+        bias: Option<&[f32]>,
+        k: usize,
+        n: usize,
+        c: &mut [f32],
+    ) {
         block_product::<Avx2, 4>(a, panels, bias, k, n, c)
     }
 }
@@ -139,7 +153,14 @@ struct Rows<'a> {
 /// One block of `C`'s rows: `c [rows, N] = a [rows, K] · B (+ bias)`, `DEPTH` of `K` at a time
 /// so that each panel's slice (`DEPTH x 16` floats) stays in L1 while the block's rows pass.
 #[inline(always)]
-fn block_product<V: Vector, const NR: usize>(a: Rows, panels: &[Lanes], bias: Option<&[f32]>, k: usize, n: usize, c: &mut [f32]) {
+fn block_product<V: Vector, const NR: usize>(
+    a: Rows,
+    panels: &[Lanes],
+    bias: Option<&[f32]>,
+    k: usize,
+    n: usize,
+    c: &mut [f32],
+) {
     let full = a.rows / NR * NR;
     let mut out = [[0.0; LANES]; NR];
     for first_k in (0..k).step_by(DEPTH) {
@@ -179,7 +200,8 @@ mod tests {
         for (m, k, n) in [(1, 1, 1), (7, 5, 3), (70, 33, 40), (130, 17, 16), (9, 64, 100), (20, 600, 24), (3, 0, 5)] {
             let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
             let b: Vec<f32> = (0..k * n).map(|i| ((i * 5) % 13) as f32 * 0.25 - 1.5).collect();
-            let want: Vec<f32> = (0..m * n).map(|i| (0..k).map(|j| a[i / n * k + j] * b[j * n + i % n]).sum()).collect();
+            let want: Vec<f32> =
+                (0..m * n).map(|i| (0..k).map(|j| a[i / n * k + j] * b[j * n + i % n]).sum()).collect();
             let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.5 - 3.0).collect();
             let (at, bt) = (transpose(&a, m, k), transpose(&b, k, n));
             for isa in Isa::available() {
@@ -193,7 +215,12 @@ mod tests {
                     let error = got.iter().zip(&want).map(|(g, w)| (g - w).abs()).fold(0.0, f32::max);
                     assert!(error < 1e-3, "{isa:?} {m}x{k}x{n}: error {error}");
                     let got = matmul_with(isa, x, y, Some(&bias));
-                    let error = got.iter().zip(&want).enumerate().map(|(i, (g, w))| (g - w - bias[i % n]).abs()).fold(0.0, f32::max);
+                    let error = got
+                        .iter()
+                        .zip(&want)
+                        .enumerate()
+                        .map(|(i, (g, w))| (g - w - bias[i % n]).abs())
+                        .fold(0.0, f32::max);
                     assert!(error < 1e-3, "{isa:?} {m}x{k}x{n} with a bias: error {error}");
                 }
             }

@@ -54,7 +54,9 @@ impl HostValues {
 pub trait HostBackend: Backend {
     /// `tensor`'s values as float32 (a copy unless the backend can lend its buffer).
     fn host_values(tensor: FloatTensor<Self>) -> HostValues {
-        HostValues::from_data(pollster::block_on(Self::float_into_data(tensor)).expect("a host-memory tensor can always be read"))
+        HostValues::from_data(
+            pollster::block_on(Self::float_into_data(tensor)).expect("a host-memory tensor can always be read"),
+        )
     }
 
     /// A tensor of `values` (row-major `shape`) in `dtype` on `device`; float32 moves the buffer.

@@ -251,7 +251,14 @@ pub fn forward(query: &[f32], key: &[f32], value: &[f32], dims: Dims, scale: f32
 
 /// [`forward`] that also returns the probabilities `[B, h, T, S]` (before dropout): each tile
 /// walks its keys a second time with its final `m_t` and `1 / l_t` and writes `p` row by row.
-pub fn forward_with_probs(query: &[f32], key: &[f32], value: &[f32], dims: Dims, scale: f32, mask: Mask) -> (Vec<f32>, Vec<f32>) {
+pub fn forward_with_probs(
+    query: &[f32],
+    key: &[f32],
+    value: &[f32],
+    dims: Dims,
+    scale: f32,
+    mask: Mask,
+) -> (Vec<f32>, Vec<f32>) {
     let (output, _, probs) = on_pool(|| forward_with(Isa::best(), query, key, value, dims, scale, mask, true));
     (output, probs.expect("asked for"))
 }
@@ -296,9 +303,11 @@ fn forward_with(
     // `[pairs, T, S]`, split into the rows of each tile (the last tile of a pair may hold fewer).
     let mut probs = with_probs.then(|| vec![0.0; pairs * query_len * source_len]);
     let mut probs_tiles: Vec<Option<&mut [f32]>> = match probs.as_mut() {
-        Some(probs) if !dims.is_empty() => {
-            probs.chunks_mut(query_len * source_len).flat_map(|pair| pair.chunks_mut(LANES * source_len)).map(Some).collect()
-        }
+        Some(probs) if !dims.is_empty() => probs
+            .chunks_mut(query_len * source_len)
+            .flat_map(|pair| pair.chunks_mut(LANES * source_len))
+            .map(Some)
+            .collect(),
         _ => (0..pairs * row_blocks).map(|_| None).collect(),
     };
     if !dims.is_empty() {
@@ -641,7 +650,13 @@ fn write_probs<V: Vector, const NR: usize>(
 /// The logits of one step: `scores[j] = tile · rows[start + j]` (a tile of 16 lanes against
 /// `scores.len()` rows of its width), plus the float mask's `bias[start + j]` where there is one.
 #[inline(always)]
-fn step_scores<V: Vector, const NR: usize>(tile: &[Lanes], rows: &[f32], bias: Option<&[Lanes]>, start: usize, scores: &mut [Lanes]) {
+fn step_scores<V: Vector, const NR: usize>(
+    tile: &[Lanes],
+    rows: &[f32],
+    bias: Option<&[Lanes]>,
+    start: usize,
+    scores: &mut [Lanes],
+) {
     let width = tile.len();
     lane_dots::<V, NR>(tile, &rows[start * width..], width, 1, scores);
     if let Some(bias) = bias {
@@ -721,7 +736,14 @@ struct KeyValueInputs<'a> {
 
 impl<'a> KeyValueInputs<'a> {
     /// Key block `block` of pair `pair`, writing into the given gradients.
-    fn tile<'b>(&'b self, pair: usize, block: usize, key_grad: &'b mut [f32], value_grad: &'b mut [f32], query_grad: Option<&'b mut [Lanes]>) -> KeyValueTile<'b> {
+    fn tile<'b>(
+        &'b self,
+        pair: usize,
+        block: usize,
+        key_grad: &'b mut [f32],
+        value_grad: &'b mut [f32],
+        query_grad: Option<&'b mut [Lanes]>,
+    ) -> KeyValueTile<'b> {
         let d = self.dims;
         let (wk, wv, key_blocks) = (d.key_width(), d.value_width(), d.key_blocks());
         let (padded_t, padded_s) = (d.padded_query_len(), d.padded_source_len());
@@ -886,7 +908,16 @@ fn pack_rows(x: &[f32], dims: Dims, len: usize, width: usize, padded_len: usize,
 
 /// `[B, len, h, w] -> [pairs, len'/16, W]` lanes (16 rows to a vector), times `scale`.
 #[allow(clippy::too_many_arguments)]
-fn pack_lanes(isa: Isa, x: &[f32], dims: Dims, len: usize, width: usize, padded_width: usize, out: &mut [Lanes], scale: f32) {
+fn pack_lanes(
+    isa: Isa,
+    x: &[f32],
+    dims: Dims,
+    len: usize,
+    width: usize,
+    padded_width: usize,
+    out: &mut [Lanes],
+    scale: f32,
+) {
     if len == 0 || width == 0 {
         return;
     }
@@ -1001,8 +1032,12 @@ mod tests {
     ) -> [Vec<f64>; 5] {
         let Dims { query_len: tl, source_len: sl, key_dim: dk, value_dim: dv, .. } = dims;
         let pairs = dims.pairs();
-        let (mut out, mut dq, mut dkk, mut dvv) =
-            (vec![0.0; pairs * tl * dv], vec![0.0; pairs * tl * dk], vec![0.0; pairs * sl * dk], vec![0.0; pairs * sl * dv]);
+        let (mut out, mut dq, mut dkk, mut dvv) = (
+            vec![0.0; pairs * tl * dv],
+            vec![0.0; pairs * tl * dk],
+            vec![0.0; pairs * sl * dk],
+            vec![0.0; pairs * sl * dv],
+        );
         let mut all_probs = vec![0.0; pairs * tl * sl]; // [pairs, T, S]
         for p in 0..pairs {
             for t in 0..tl {
@@ -1031,7 +1066,8 @@ mod tests {
                 let total: f64 = e.iter().sum();
                 let probs: Vec<f64> = e.iter().map(|e| e / total).collect();
                 all_probs[(p * tl + t) * sl..][..sl].copy_from_slice(&probs);
-                let dp: Vec<f64> = (0..sl).map(|j| (0..dv).map(|d| go[d] * v[(p * sl + j) * dv + d] as f64).sum()).collect();
+                let dp: Vec<f64> =
+                    (0..sl).map(|j| (0..dv).map(|d| go[d] * v[(p * sl + j) * dv + d] as f64).sum()).collect();
                 let row_dot: f64 = (0..sl).map(|j| probs[j] * dp[j]).sum();
                 for j in 0..sl {
                     let ds = probs[j] * (dp[j] - row_dot);
@@ -1064,7 +1100,9 @@ mod tests {
         /// Per-batch key lengths, the second batch element with none: fully masked rows.
         Padding,
         /// A pattern per (batch, head, row, key) with some rows fully masked, and causal on top.
-        General { causal: bool },
+        General {
+            causal: bool,
+        },
     }
 
     impl Rule {
@@ -1127,7 +1165,8 @@ mod tests {
         let (out, dq) = (last64(&out, query_len, value_dim), last64(&dq, query_len, key_dim));
         let (dk, dv) = (last64(&dk, source_len, key_dim), last64(&dv, source_len, value_dim));
         for &isa in isas {
-            let (q, k, v) = (last(&q, query_len, key_dim), last(&k, source_len, key_dim), last(&v, source_len, value_dim));
+            let (q, k, v) =
+                (last(&q, query_len, key_dim), last(&k, source_len, key_dim), last(&v, source_len, value_dim));
             let mask = rule.mask(dims, rows).with_bias(bias.clone(), dims);
             let (output, saved, got_probs) = forward_with(isa, &q, &k, &v, dims, scale, mask, true);
             let error = scaled_error(&output, &out);
@@ -1137,9 +1176,13 @@ mod tests {
             // Both ways of computing dq.
             for fused_dq in [false, true] {
                 let grads = backward_with(isa, &saved, &last(&g, query_len, value_dim), fused_dq);
-                for (name, got, want) in [("dq", &grads.query, &dq), ("dk", &grads.key, &dk), ("dv", &grads.value, &dv)] {
+                for (name, got, want) in [("dq", &grads.query, &dq), ("dk", &grads.key, &dk), ("dv", &grads.value, &dv)]
+                {
                     let error = scaled_error(got, want);
-                    assert!(error < 4e-6, "{isa:?} {rule:?} {rows:?} fused dq {fused_dq}: {name} at {dims:?}: error {error}");
+                    assert!(
+                        error < 4e-6,
+                        "{isa:?} {rule:?} {rows:?} fused dq {fused_dq}: {name} at {dims:?}: error {error}"
+                    );
                 }
             }
         }
@@ -1149,9 +1192,15 @@ mod tests {
     fn forward_and_backward_match_float64_attention_on_every_instruction_set() {
         // Lengths below, at and above a lane multiple and a step; unequal query/key lengths;
         // widths off the multiple of 4; the seed's shape.
-        for (source_len, query_len, key_dim, value_dim) in
-            [(7, 5, 4, 4), (16, 16, 2, 3), (37, 19, 5, 2), (20, 33, 3, 9), (9, 17, 16, 12), (136, 136, 4, 4), (300, 150, 6, 5)]
-        {
+        for (source_len, query_len, key_dim, value_dim) in [
+            (7, 5, 4, 4),
+            (16, 16, 2, 3),
+            (37, 19, 5, 2),
+            (20, 33, 3, 9),
+            (9, 17, 16, 12),
+            (136, 136, 4, 4),
+            (300, 150, 6, 5),
+        ] {
             let dims = Dims { batch: 2, heads: 3, query_len, source_len, key_dim, value_dim };
             check(dims, Rule::None, FullyMaskedRows::Zero, &Isa::available());
         }
@@ -1184,7 +1233,8 @@ mod tests {
         for (source_len, query_len, key_dim) in [(37, 19, 5), (150, 140, 16)] {
             let dims = Dims { batch: 2, heads: 3, query_len, source_len, key_dim, value_dim: 7 };
             for slices in [[1, 1], [2, 3]] {
-                let values = values(slices[0] * slices[1] * query_len * source_len, 5).iter().map(|v| v * 1.5).collect();
+                let values =
+                    values(slices[0] * slices[1] * query_len * source_len, 5).iter().map(|v| v * 1.5).collect();
                 let bias = FloatBias { dims: [slices[0], slices[1], query_len, source_len], values };
                 for rule in [Rule::None, Rule::Causal, Rule::General { causal: false }] {
                     check_with_bias(dims, rule, FullyMaskedRows::Zero, &Isa::available(), Some(bias.clone()));

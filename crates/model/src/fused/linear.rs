@@ -56,7 +56,8 @@ impl<B: HostBackend, C: CheckpointStrategy> FusedLinearBackend for Autodiff<B, C
     }
 
     fn fused_linear(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
-        let ((x, x_node), (weight, weight_node), (bias, bias_node)) = (x.into_parts(), weight.into_parts(), bias.into_parts());
+        let ((x, x_node), (weight, weight_node), (bias, bias_node)) =
+            (x.into_parts(), weight.into_parts(), bias.into_parts());
         record::<B, C, 3>([x_node, weight_node, bias_node], x, weight, Some(bias))
     }
 }
@@ -134,7 +135,11 @@ fn column_sums(rows: &[f32], n: usize) -> Vec<f32> {
 }
 
 /// The product on `B`'s host tensors: the output `[M, N]` and what the backward pass needs.
-fn host_linear<B: HostBackend>(x: FloatTensor<B>, weight: FloatTensor<B>, bias: Option<FloatTensor<B>>) -> (FloatTensor<B>, Saved) {
+fn host_linear<B: HostBackend>(
+    x: FloatTensor<B>,
+    weight: FloatTensor<B>,
+    bias: Option<FloatTensor<B>>,
+) -> (FloatTensor<B>, Saved) {
     let (device, dtype) = (x.device(), x.dtype());
     let (x, weight) = (B::host_values(x), B::host_values(weight));
     let (m, k, n) = (x.shape[0], x.shape[1], weight.shape[1]);
@@ -186,7 +191,11 @@ mod tests {
                     let input = x.clone().swap_dims(1, 2); // [3, 5, 37], not contiguous
                     let y = forward(input.clone()) + forward(input) * 0.5; // [3, 5, 21]
                     let grads = (y.clone() * probe.clone()).sum().backward();
-                    let mut found = vec![y.into_data(), x.grad(&grads).unwrap().into_data(), layer.weight.val().grad(&grads).unwrap().into_data()];
+                    let mut found = vec![
+                        y.into_data(),
+                        x.grad(&grads).unwrap().into_data(),
+                        layer.weight.val().grad(&grads).unwrap().into_data(),
+                    ];
                     found.extend(layer.bias.as_ref().map(|b| b.val().grad(&grads).unwrap().into_data()));
                     found
                 };

@@ -140,7 +140,15 @@ impl Mask {
         }
         let keep = self.dropout.map(|mask| (mask, std::array::from_fn(|i| mask.row(pair, first_row + i))));
         let bias = self.bias.as_ref().map(|bias| bias.row_block(dims, pair, block));
-        RowBlock { first_row, source_len: dims.source_len, causal: self.causal, bits, keep, bias, keys: aligned(keys, dims.padded_source_len()) }
+        RowBlock {
+            first_row,
+            source_len: dims.source_len,
+            causal: self.causal,
+            bits,
+            keep,
+            bias,
+            keys: aligned(keys, dims.padded_source_len()),
+        }
     }
 
     /// The rule as seen by 16 keys `block * 16 ..` of pair `pair`.
@@ -290,7 +298,10 @@ impl KeyBlock<'_> {
     /// Whether row `t .. t + n` may attend every key of the block.
     #[inline(always)]
     pub fn all_allowed(&self, t: usize, n: usize) -> bool {
-        t + n <= self.query_len && self.key_bound == FULL && self.bits.is_none() && (!self.causal || t >= self.first_key + LANES - 1)
+        t + n <= self.query_len
+            && self.key_bound == FULL
+            && self.bits.is_none()
+            && (!self.causal || t >= self.first_key + LANES - 1)
     }
 
     /// With dropout: fills `keep[r]` with the block's keys that row `start + r` keeps (bit `i` =
@@ -300,7 +311,9 @@ impl KeyBlock<'_> {
         let Some((mask, pair)) = self.keep else {
             return false;
         };
-        keep.iter_mut().enumerate().for_each(|(r, bits)| *bits = mask.key_bits(mask.row(pair, start + r), self.first_key));
+        keep.iter_mut()
+            .enumerate()
+            .for_each(|(r, bits)| *bits = mask.key_bits(mask.row(pair, start + r), self.first_key));
         true
     }
 
@@ -361,7 +374,13 @@ impl MaskBits {
             .chunks_exact(key_rows)
             .map(|tile| match per_row {
                 true => extent(tile),
-                false => if tile[0] != 0 { (0, dims.query_len) } else { (0, 0) },
+                false => {
+                    if tile[0] != 0 {
+                        (0, dims.query_len)
+                    } else {
+                        (0, 0)
+                    }
+                }
             })
             .collect();
         Self { slices: [bm, hm], per_row, row_bits, key_bits, row_extents, key_extents }

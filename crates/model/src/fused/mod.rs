@@ -23,6 +23,6 @@ pub mod op;
 pub mod tile;
 
 pub use bias::FloatBias;
-pub use mask::BoolMask;
 pub use linear::linear_forward;
+pub use mask::BoolMask;
 pub use op::{FusedCall, fused_attention, fused_attention_with_probs, supports};

@@ -47,23 +47,43 @@ pub struct FusedCall {
 pub trait FusedAttentionBackend: Backend {
     /// `query`: `[B, T, h, dk]`, `key`: `[B, S, h, dk]`, `value`: `[B, S, h, dv]` (heads last, the
     /// projections' layout); returns `[B, T, h, dv]`.
-    fn fused_attention(query: FloatTensor<Self>, key: FloatTensor<Self>, value: FloatTensor<Self>, call: FusedCall) -> FloatTensor<Self>;
+    fn fused_attention(
+        query: FloatTensor<Self>,
+        key: FloatTensor<Self>,
+        value: FloatTensor<Self>,
+        call: FusedCall,
+    ) -> FloatTensor<Self>;
 }
 
 impl FusedAttentionBackend for Flex {
-    fn fused_attention(query: FloatTensor<Self>, key: FloatTensor<Self>, value: FloatTensor<Self>, call: FusedCall) -> FloatTensor<Self> {
+    fn fused_attention(
+        query: FloatTensor<Self>,
+        key: FloatTensor<Self>,
+        value: FloatTensor<Self>,
+        call: FusedCall,
+    ) -> FloatTensor<Self> {
         host_forward::<Self>(query, key, value, call).0
     }
 }
 
 impl FusedAttentionBackend for NdArray {
-    fn fused_attention(query: FloatTensor<Self>, key: FloatTensor<Self>, value: FloatTensor<Self>, call: FusedCall) -> FloatTensor<Self> {
+    fn fused_attention(
+        query: FloatTensor<Self>,
+        key: FloatTensor<Self>,
+        value: FloatTensor<Self>,
+        call: FusedCall,
+    ) -> FloatTensor<Self> {
         host_forward::<Self>(query, key, value, call).0
     }
 }
 
 impl<B: HostBackend, C: CheckpointStrategy> FusedAttentionBackend for Autodiff<B, C> {
-    fn fused_attention(query: FloatTensor<Self>, key: FloatTensor<Self>, value: FloatTensor<Self>, call: FusedCall) -> FloatTensor<Self> {
+    fn fused_attention(
+        query: FloatTensor<Self>,
+        key: FloatTensor<Self>,
+        value: FloatTensor<Self>,
+        call: FusedCall,
+    ) -> FloatTensor<Self> {
         let nodes = [query.node(), key.node(), value.node()];
         let (query, key, value) = (query.into_primitive(), key.into_primitive(), value.into_primitive());
         match FusedAttentionBackward.prepare::<C>(nodes).compute_bound().stateful() {
@@ -120,7 +140,9 @@ fn rank4(shape: &[usize]) -> [usize; 4] {
 impl FusedCall {
     /// The scale and the kernel's masking rule of this call at `dims`.
     fn rule(self, dims: Dims) -> (f32, Mask) {
-        let mask = Mask::with_mask(self.causal, self.rows, self.allowed, dims).with_dropout(self.dropout).with_bias(self.bias, dims);
+        let mask = Mask::with_mask(self.causal, self.rows, self.allowed, dims)
+            .with_dropout(self.dropout)
+            .with_bias(self.bias, dims);
         (self.scale, mask)
     }
 }
@@ -147,13 +169,20 @@ pub fn fused_attention(query: Tensor<4>, key: Tensor<4>, value: Tensor<4>, call:
 /// Inference only (no gradients flow through it): `softmax(scale · q kᵀ, mask) v` as
 /// [`fused_attention`] computes it, and the probabilities `[B, h, T, S]` (before dropout), both
 /// from one kernel call. Only where [`supports`] says.
-pub fn fused_attention_with_probs(query: Tensor<4>, key: Tensor<4>, value: Tensor<4>, call: FusedCall) -> (Tensor<4>, Tensor<4>) {
+pub fn fused_attention_with_probs(
+    query: Tensor<4>,
+    key: Tensor<4>,
+    value: Tensor<4>,
+    call: FusedCall,
+) -> (Tensor<4>, Tensor<4>) {
     let (device, dtype) = (query.device(), query.dtype());
     let dims = Dims::of(query.dims(), value.dims());
     let host = |x: Tensor<4>| x.into_data().convert::<f32>().try_into_vec::<f32>().expect("converted to float32");
     let (scale, mask) = call.rule(dims);
     let (output, probs) = kernel::forward_with_probs(&host(query), &host(key), &host(value), dims, scale, mask);
-    let tensor = |values: Vec<f32>, shape: [usize; 4]| Tensor::<4>::from_data(TensorData::new(values, shape).convert_dtype(dtype), &device);
+    let tensor = |values: Vec<f32>, shape: [usize; 4]| {
+        Tensor::<4>::from_data(TensorData::new(values, shape).convert_dtype(dtype), &device)
+    };
     let Dims { batch, heads, query_len, source_len, .. } = dims;
     (tensor(output, dims.output_shape()), tensor(probs, [batch, heads, query_len, source_len])) // [B, T, h, dv], [B, h, T, S]
 }

@@ -206,7 +206,11 @@ mod x86 {
                 for base in (0..16).step_by(4) {
                     for k in 0..4 {
                         let (a, b) = (_mm512_castps_pd(t[base + k / 2]), _mm512_castps_pd(t[base + k / 2 + 2]));
-                        r[base + k] = _mm512_castpd_ps(if k % 2 == 0 { _mm512_unpacklo_pd(a, b) } else { _mm512_unpackhi_pd(a, b) });
+                        r[base + k] = _mm512_castpd_ps(if k % 2 == 0 {
+                            _mm512_unpacklo_pd(a, b)
+                        } else {
+                            _mm512_unpackhi_pd(a, b)
+                        });
                     }
                 }
                 // ...then by 128-bit quarters, across groups of four and of eight rows.
@@ -232,7 +236,10 @@ mod x86 {
             let [c5, c4, c3, c2, c1, c0] = POLYNOMIAL;
             unsafe {
                 let x = _mm512_max_ps(self.0, _mm512_set1_ps(UNDERFLOW));
-                let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(x, _mm512_set1_ps(LOG2_E)));
+                let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm512_mul_ps(
+                    x,
+                    _mm512_set1_ps(LOG2_E),
+                ));
                 let r = _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_LO), _mm512_fmadd_ps(n, _mm512_set1_ps(-LN2_HI), x));
                 // exp(r) = 1 + r + r² P(r): Horner's rule over P's coefficients, then 1 and 1.
                 let mut p = _mm512_set1_ps(c5);
@@ -308,7 +315,10 @@ mod x86 {
                 let offset = _mm256_set1_epi32(127i32.wrapping_sub(magic.to_bits() as i32));
                 let mut out = self.0;
                 for half in out.iter_mut() {
-                    *half = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(_mm256_castps_si256(*half), offset)));
+                    *half = _mm256_castsi256_ps(_mm256_slli_epi32::<23>(_mm256_add_epi32(
+                        _mm256_castps_si256(*half),
+                        offset,
+                    )));
                 }
                 Avx2(out)
             }
@@ -320,7 +330,13 @@ mod x86 {
 /// `out.len()` must be a multiple of `NR`. The depth stride lets the GEMM read a transposed
 /// operand in place (the kernel's rows are contiguous: `depth_stride = 1`).
 #[inline(always)]
-pub fn lane_dots<V: Vector, const NR: usize>(tile: &[Lanes], rows: &[f32], row_stride: usize, depth_stride: usize, out: &mut [Lanes]) {
+pub fn lane_dots<V: Vector, const NR: usize>(
+    tile: &[Lanes],
+    rows: &[f32],
+    row_stride: usize,
+    depth_stride: usize,
+    out: &mut [Lanes],
+) {
     let width = tile.len();
     for (group, out) in out.chunks_exact_mut(NR).enumerate() {
         let first = group * NR * row_stride;
@@ -364,7 +380,13 @@ pub fn lane_accumulate<V: Vector, const NR: usize>(weights: &[Lanes], rows: &[f3
 
 /// [`lane_accumulate`] for the `C` features `first ..`, held in registers over all rows.
 #[inline(always)]
-fn accumulate_columns<V: Vector, const C: usize>(weights: &[Lanes], rows: &[f32], stride: usize, first: usize, acc: &mut [Lanes]) {
+fn accumulate_columns<V: Vector, const C: usize>(
+    weights: &[Lanes],
+    rows: &[f32],
+    stride: usize,
+    first: usize,
+    acc: &mut [Lanes],
+) {
     // A loop, not `array::from_fn`: a closure does not inherit the caller's target features.
     let mut sums = [V::zero(); C];
     for c in 0..C {

@@ -55,12 +55,15 @@ impl FromStr for Shape {
 
     /// `B,T,D,H,K`, e.g. `32,136,4,6,4`.
     fn from_str(s: &str) -> Result<Self> {
-        let parts: Vec<usize> = s.split(',').map(|p| p.trim().parse::<usize>()).collect::<Result<_, _>>().unwrap_or_default();
+        let parts: Vec<usize> =
+            s.split(',').map(|p| p.trim().parse::<usize>()).collect::<Result<_, _>>().unwrap_or_default();
         match parts[..] {
             [batch, seq_len, features, heads, key_dim] if parts.iter().all(|&p| p > 0) => {
                 Ok(Shape { batch, seq_len, features, heads, key_dim })
             }
-            _ => bail!("--shape {s:?}: expected B,T,D,H,K (batch, sequence length, features, heads, key_dim), five positive integers"),
+            _ => bail!(
+                "--shape {s:?}: expected B,T,D,H,K (batch, sequence length, features, heads, key_dim), five positive integers"
+            ),
         }
     }
 }
@@ -209,11 +212,15 @@ impl Case {
         let s = self.shape;
         Ok(match self.model {
             ModelKind::Keras => TaskModel::Keras(KerasSelfAttention {
-                layer: KerasMhaConfig::new(s.heads, s.key_dim, s.features).with_dropout(self.call.dropout()).init(device)?,
+                layer: KerasMhaConfig::new(s.heads, s.key_dim, s.features)
+                    .with_dropout(self.call.dropout())
+                    .init(device)?,
                 use_causal_mask: self.mask == MaskKind::Causal,
             }),
             ModelKind::Projected => {
-                let config = ProjectedConfig::new(s.features, s.width(), s.heads).with_output_dim(Some(s.features)).with_dropout(self.call.dropout());
+                let config = ProjectedConfig::new(s.features, s.width(), s.heads)
+                    .with_output_dim(Some(s.features))
+                    .with_dropout(self.call.dropout());
                 TaskModel::Projected(config.init(device)?)
             }
             ModelKind::Baseline => bail!("the benchmark measures the attention models, not the baseline"),
@@ -228,16 +235,25 @@ impl Case {
             (MaskKind::Padding, ModelKind::Keras) => {
                 let lengths = padding_lengths(s);
                 let allowed: Vec<bool> = (0..b * t * t).map(|i| i % t < lengths[i / (t * t)]).collect();
-                Masks { attention_mask: Some(Tensor::from_data(TensorData::new(allowed, [b, t, t]), device)), ..Masks::default() }
+                Masks {
+                    attention_mask: Some(Tensor::from_data(TensorData::new(allowed, [b, t, t]), device)),
+                    ..Masks::default()
+                }
             }
             (MaskKind::Padding, _) => {
                 let lengths = padding_lengths(s);
                 let ignored: Vec<bool> = (0..b * t).map(|i| i % t >= lengths[i / t]).collect();
-                Masks { key_padding_mask: Some(Tensor::from_data(TensorData::new(ignored, [b, t]), device)), ..Masks::default() }
+                Masks {
+                    key_padding_mask: Some(Tensor::from_data(TensorData::new(ignored, [b, t]), device)),
+                    ..Masks::default()
+                }
             }
             (MaskKind::Causal, ModelKind::Projected) => {
                 let blocked: Vec<bool> = (0..t * t).map(|i| i % t > i / t).collect();
-                Masks { attn_mask: Some(Tensor::from_data(TensorData::new(blocked, [t, t]), device)), ..Masks::default() }
+                Masks {
+                    attn_mask: Some(Tensor::from_data(TensorData::new(blocked, [t, t]), device)),
+                    ..Masks::default()
+                }
             }
             // Keras' causal rule is the layer's flag (see `init`).
             _ => Masks::default(),
@@ -261,7 +277,10 @@ pub fn call(model: &TaskModel, x: Tensor<3>, masks: &Masks, call: CallKind, trai
     let scores = call == CallKind::Scores;
     Ok(match model {
         TaskModel::Keras(m) => {
-            let mut input = KerasMhaInput::new(x.clone(), x).use_causal_mask(m.use_causal_mask).training(training).return_attention_scores(scores);
+            let mut input = KerasMhaInput::new(x.clone(), x)
+                .use_causal_mask(m.use_causal_mask)
+                .training(training)
+                .return_attention_scores(scores);
             input.attention_mask = masks.attention_mask.clone();
             m.layer.forward(input)?.output
         }

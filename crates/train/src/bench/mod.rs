@@ -34,7 +34,13 @@ impl Timing {
         ms.sort_by(f64::total_cmp);
         let at = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
         let median = at(0.5);
-        Self { median_ms: median, p10_ms: at(0.1), p90_ms: at(0.9), reps: ms.len(), samples_per_s: batch as f64 * 1000.0 / median }
+        Self {
+            median_ms: median,
+            p10_ms: at(0.1),
+            p90_ms: at(0.9),
+            reps: ms.len(),
+            samples_per_s: batch as f64 * 1000.0 / median,
+        }
     }
 }
 
@@ -79,7 +85,9 @@ pub fn time_into(reps: Reps, samples: &mut Vec<f64>, mut f: impl FnMut() -> Resu
         }
     }
     let (start, first) = (Instant::now(), samples.len());
-    while samples.len() - first < reps.measured && (samples.len() - first < reps.minimum || start.elapsed() < reps.budget) {
+    while samples.len() - first < reps.measured
+        && (samples.len() - first < reps.minimum || start.elapsed() < reps.budget)
+    {
         let call = Instant::now();
         f()?;
         samples.push(call.elapsed().as_secs_f64() * 1000.0);
