@@ -56,6 +56,7 @@ pub struct KerasInitializer {
 }
 
 /// `truncated_normal` stddev correction: the stddev of a unit normal truncated at ±2.
+#[allow(clippy::excessive_precision)] // Keras' constant, digit for digit as Keras writes it.
 const TRUNCATION_STDDEV: f64 = 0.879_625_661_034_239_78;
 
 impl KerasInitializer {

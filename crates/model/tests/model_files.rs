@@ -2,6 +2,7 @@
 //! reading them finds every attention layer with its arguments and weights, and our layer on
 //! those weights reproduces the real layer's output on the probe the script saved.
 
+#![allow(clippy::type_complexity)] // the case tables are tuples, read where they are written
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -129,11 +129,14 @@ fn draw_curves<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, results: &Study
     Ok(())
 }
 
+/// The condition of a rung (by name) in a heat map's column (by index).
+type ColumnCondition = Box<dyn Fn(&str, usize) -> Condition>;
+
 /// One heat map's columns: a label and the condition of each rung in that column.
 struct Columns {
     title: &'static str,
     labels: Vec<String>,
-    condition: Box<dyn Fn(&str, usize) -> Condition>,
+    condition: ColumnCondition,
 }
 
 /// Writes `heat_lr.{svg,png}` (rung x learning rate) and `heat_size.{svg,png}` (rung x

@@ -274,7 +274,7 @@ impl StudyConfig {
     fn epochs(&self, train_size: usize) -> Result<usize> {
         let batch = self.base.train.batch_size;
         let steps_per_epoch = train_size / batch;
-        if steps_per_epoch == 0 || train_size % batch != 0 || self.steps % steps_per_epoch != 0 {
+        if steps_per_epoch == 0 || !train_size.is_multiple_of(batch) || !self.steps.is_multiple_of(steps_per_epoch) {
             bail!(
                 "training-set size {train_size}: the study's {} steps must be whole epochs of whole batches of {batch} (sizes {batch}, {}, ... that divide {})",
                 self.steps,
