@@ -66,6 +66,7 @@ def parse_args(argv=None):
     p.add_argument("--json", metavar="OUT", help="write the results as JSON to OUT")
     p.add_argument("--only", choices=["torch", "tensorflow"], help="benchmark one framework only")
     p.add_argument("--no-rss", action="store_true", help="skip the peak-memory child processes")
+    p.add_argument("--isa", choices=sorted(ISA_ENV), help="restrict torch, MKL and oneDNN to this instruction set")
     p.add_argument("--serve", action="store_true",
                    help="answer measurement requests, one JSON line each, on stdin/stdout (cargo xtask bench)")
     # Internal: run as the peak-memory child for one row, print {"peak_rss_mb": ...} and exit.
@@ -79,6 +80,20 @@ def parse_args(argv=None):
 def repetitions(quick):
     """(warm-up calls, timed calls, seconds of timed calls): the same policy as `Reps` in Rust."""
     return (1, 3, 0.2) if quick else (10, 50, 3.0)
+
+
+# The variables that restrict each library to an instruction set (torch's own kernels, MKL, oneDNN
+# in torch and TensorFlow), by the names `cargo xtask bench --isa` takes.
+ISA_ENV = {
+    "avx512": {},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "portable": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"},
+}
+
+
+def set_isa_env(isa):
+    # Must happen before torch / TensorFlow are imported; the peak-memory children inherit it.
+    os.environ.update(ISA_ENV[isa] if isa else {})
 
 
 def set_thread_env(threads):
@@ -388,7 +403,24 @@ class Reference:
         return rounds
 
     def memory(self, case):
-        self.peak.append({"case": case, "framework": "torch", "peak_rss_mb": measure_rss(case, self.threads, self.errors)})
+        measured = measure_rss(case, self.threads, self.errors) or {}
+        self.peak.append({"case": case, "framework": "torch", "peak_rss_mb": measured.get("peak_rss_mb"),
+                          "step_mb": measured.get("step_mb")})
+
+    def matmul_gflops(self, n, reps):
+        """torch's float32 `matmul` rate on `[n, n] x [n, n]` (GFLOP/s, the median of `reps`): the best
+        matrix-product library on the machine that the reference process holds (MKL on x86)."""
+        torch = self.torch
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        for _ in range(3):
+            torch.matmul(a, b)
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            torch.matmul(a, b)
+            times.append(time.perf_counter() - start)
+        times.sort()
+        return 2 * n ** 3 / times[len(times) // 2] / 1e9
 
     def results(self):
         return [summarise(self.cases[key], framework, model, phase, times)
@@ -402,6 +434,7 @@ class Reference:
             "tensorflow": tf.__version__ if tf else None,
             "keras": keras.__version__ if keras else None,
             "threads": self.threads,
+            "isa_env": {k: os.environ[k] for k in sorted({k for env in ISA_ENV.values() for k in env}) if k in os.environ},
             "quick": quick,
             "results": self.results(),
             "peak_rss_mb": self.peak,
@@ -431,23 +464,41 @@ def write_json(path, report):
 
 
 def rss_child(case, threads):
-    """Build the row's first torch model, take RSS_TRAIN_STEPS train steps, print own peak RSS (MB)."""
+    """Build the row's first torch model, take RSS_TRAIN_STEPS train steps, print own peak RSS and
+    what the steps added to the idle process (MB): the peak over the resident memory once the
+    model and data are built, the peak reset there (Linux clear_refs), as `cargo xtask bench`
+    measures its own side."""
     torch = import_torch(threads)
     x, y = data(case["shape"])
     model = next(iter(torch_models(torch, case).values()))
     _, train_step = torch_steps(torch, model, torch.from_numpy(x), torch.from_numpy(y))
+    idle = own_rss_mb("VmRSS:")
+    reset = reset_peak_rss()
     for _ in range(RSS_TRAIN_STEPS):
         train_step()
-    print(json.dumps({"peak_rss_mb": own_peak_rss_mb()}))
+    peak = own_rss_mb("VmHWM:")
+    step = peak - idle if reset and peak is not None and idle is not None else None
+    print(json.dumps({"peak_rss_mb": peak, "step_mb": step}))
 
 
-def own_peak_rss_mb():
-    """VmHWM of this process in MB (ru_maxrss would count the parent's RSS at fork time)."""
+def own_rss_mb(field):
+    """A memory line of this process's status in MB: VmRSS now, VmHWM at its peak (ru_maxrss
+    would count the parent's RSS at fork time)."""
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(field):
                 return int(line.split()[1]) / 1024
     return None
+
+
+def reset_peak_rss():
+    """Set VmHWM to the current VmRSS (Linux clear_refs 5); False where that is not allowed."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def measure_rss(case, threads, errors):
@@ -458,7 +509,7 @@ def measure_rss(case, threads, errors):
         return None
     for line in reversed(proc.stdout.strip().splitlines()):
         if line.startswith("{"):
-            return json.loads(line)["peak_rss_mb"]
+            return json.loads(line)
     errors.append(f"peak memory of {case_name(case)}: no result from the child")
     return None
 
@@ -475,6 +526,7 @@ def serve(reference, quick, load_start):
     """Answers one JSON request per line of standard input with one JSON line on standard output:
 
     * `{"op": "memory", "case": CASE}` -> `{"ok": true}`: the row's torch peak memory, in a child;
+    * `{"op": "matmul", "n": N, "reps": R}` -> `{"ok": true, "gflops": G}`: torch's matmul rate;
     * `{"op": "measure", "case": CASE, "phase": "forward"|"train_step", "warmup": N, "reps": N,
       "minimum": N, "budget_s": S}` -> `{"ok": true, "times": {"torch/NAME": [ms, ...], ...}}`:
       one round of every reference model of the row;
@@ -502,6 +554,8 @@ def serve(reference, quick, load_start):
             if op == "memory":
                 reference.memory(request["case"])
                 answer({"ok": True})
+            elif op == "matmul":
+                answer({"ok": True, "gflops": reference.matmul_gflops(request["n"], request["reps"])})
             elif op == "measure":
                 times = reference.measure(request["case"], request["phase"], request["warmup"], request["reps"],
                                           request["minimum"], request["budget_s"])
@@ -519,6 +573,7 @@ def serve(reference, quick, load_start):
 def main(argv=None):
     args = parse_args(argv)
     set_thread_env(args.threads)
+    set_isa_env(args.isa)
     if args.rss_child:
         rss_child(json.loads(args.rss_child), args.threads)
         return 0

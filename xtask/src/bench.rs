@@ -9,11 +9,13 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 use anyhow::{Context, Result, bail};
+use kernels::Isa;
 use model::Backend;
 use serde_json::{Value, json};
-use train::bench::peak::{fma_peak_gflops, gemm_gflops, matmul_gflops, threads};
+use train::bench::peak::{Processor, fma_peak_gflops, gemm_gflops, matmul_gflops};
 use train::bench::{
-    Call, CallKind, Case, MaskKind, Reps, Shape, Timing, forward, parameters, peak_rss_mb, time_into, train_step,
+    Call, CallKind, Case, MaskKind, Memory, Reps, Shape, Timing, forward, parameters, step_memory, time_into,
+    train_step,
 };
 use train::models::ModelKind;
 
@@ -36,8 +38,12 @@ scaled_dot_product_attention, torch nn.MultiheadAttention, the real keras.layers
 with the same thread count, in turns with ours: each row and phase in 3 rounds of ours and of the
 references, so that a drift of the machine's speed during the run reaches both sides. It prints
 ours / fastest reference (below 1 is faster). Every row also states its floor: its FLOPs
-over the cores' float32 FMA peak, measured in the same run. Results: reports/bench/bench.json,
-reports/bench/scaling.md and scaling.png.";
+over the cores' float32 FMA peak, measured in the same run, and the memory a training step adds
+to the idle process on each side. The header names the processor, the instruction set in use,
+and the matrix-product rates of ours and of torch's matmul. --isa avx2 restricts both sides to
+AVX2 (ours by KERNELS_ISA, torch by ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS and oneDNN's
+ONEDNN_MAX_CPU_ISA), so that an AVX2-only processor can be measured on a wider one. Results:
+reports/bench/bench.json, reports/bench/scaling.md and scaling.png.";
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -69,10 +75,14 @@ pub struct Args {
     /// Threads for the reference libraries (burn uses every core of the machine).
     #[arg(long, default_value_t = 2)]
     threads: usize,
+    /// Restrict our kernels and GEMM and the references to one instruction set: avx512, avx2 or
+    /// portable (default: the widest this CPU has, or KERNELS_ISA).
+    #[arg(long)]
+    isa: Option<String>,
     /// Skip the sequence-length scaling series.
     #[arg(long)]
     no_scaling: bool,
-    /// Internal: take 3 training steps of one row and print the peak resident memory.
+    /// Internal: take 3 training steps of one row and print the memory they take (JSON).
     #[arg(long, hide = true, value_names = ["BACKEND", "MODEL", "MASK", "CALL", "SHAPE"], num_args = 5)]
     memory_child: Option<Vec<String>>,
 }
@@ -88,12 +98,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if let Some(child) = &args.memory_child {
         let case = child_case(child)?;
         let backend: Backend = child[0].parse()?;
-        let mut step = train_step(case, &backend.device(Default::default())?)?;
-        for _ in 0..3 {
-            step()?;
-        }
-        println!("{}", peak_rss_mb().context("no /proc/self/status")?);
+        let step = train_step(case, &backend.device(Default::default())?)?;
+        println!("{}", serde_json::to_string(&step_memory(step, 3)?)?);
         return Ok(ExitCode::SUCCESS);
+    }
+    let isa = match &args.isa {
+        Some(name) => Isa::parse(name)?,
+        None => Isa::from_env()?.unwrap_or_else(Isa::detected),
+    };
+    if let Err(in_use) = Isa::use_for_process(isa) {
+        bail!("--isa {}: the kernels already run on {}", isa.name(), in_use.name());
     }
     let plan = Plan::from_args(&args)?;
     let root = train::paths::repo_root();
@@ -102,7 +116,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let mut reference = match python(&args) {
         Some(python) => {
             println!("starting the PyTorch/TensorFlow reference ({})...", python.display());
-            Some(Reference::start(&python, &root, args.threads, args.quick)?)
+            Some(Reference::start(&python, &root, args.threads, args.quick, isa)?)
         }
         None => {
             println!("note: no Python with torch and tensorflow (use --python or BENCH_PYTHON); reference skipped");
@@ -110,27 +124,36 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
     };
 
+    let processor = Processor::here();
+    println!("processor: {processor}");
     println!("measuring the machine: FMA peak and matrix-product rates...");
     let fma_peak = fma_peak_gflops();
-    let mut limits = vec![json!({ "what": "fma_peak", "gflops": fma_peak, "threads": threads() })];
+    let mut limits = vec![json!({ "what": "fma_peak", "gflops": fma_peak, "threads": processor.threads })];
     let matmul_n = if args.quick { 256 } else { 1024 };
     let matmul_reps = if args.quick { Reps::QUICK } else { Reps { measured: 20, ..Reps::FULL } };
     let gemm = gemm_gflops(matmul_n, matmul_reps)?;
-    println!("  this project's GEMM (the dense layers on flex and ndarray): {matmul_n}^3 {gemm:.0} GFLOP/s");
     limits.push(json!({ "what": "gemm", "n": matmul_n, "gflops": gemm }));
+    let library = match reference.as_mut() {
+        Some(reference) => Some(reference.matmul_gflops(matmul_n, matmul_reps.measured)?),
+        None => None,
+    };
+    println!(
+        "  FMA peak {fma_peak:.0} GFLOP/s; {matmul_n}^3 matrix product: ours (the gemm crate) {gemm:.0}, torch's matmul {}",
+        library.map_or("- (no reference)".into(), |g| format!("{g:.0}"))
+    );
+    if let Some(gflops) = library {
+        limits.push(json!({ "what": "matmul", "library": "torch", "n": matmul_n, "gflops": gflops }));
+    }
     let mut rows = Vec::new();
     for (b, &backend) in plan.backends.iter().enumerate() {
         let device = backend.device(Default::default())?;
         let matmul = matmul_gflops(&device, matmul_n, matmul_reps)?;
-        println!(
-            "  {backend}'s own matmul: {matmul_n}^3 {matmul:.0} GFLOP/s; FMA peak {fma_peak:.0} GFLOP/s ({} threads)",
-            threads()
-        );
+        println!("  {backend}'s own matmul: {matmul_n}^3 {matmul:.0} GFLOP/s");
         limits.push(json!({ "what": "matmul", "backend": backend, "n": matmul_n, "gflops": matmul }));
         for (series, cases) in [("sweep", &plan.cases), ("scaling", &plan.scaling)] {
             for &case in cases {
                 println!("  {backend} {series}: {} {} {} {}", case.shape, case.mask, case.model, case.call);
-                let memory = peak_memory_child(backend, case)?;
+                let memory = memory_child(backend, case, isa)?;
                 if let Some(reference) = reference.as_mut().filter(|_| b == 0) {
                     reference.memory(&case)?;
                 }
@@ -139,15 +162,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     ("train_step", train_step(case, &device)?, case.train_flops()),
                 ] {
                     let timing = interleaved(case, phase, call, reps, reference.as_mut())?;
-                    rows.push(Row {
-                        series,
-                        backend,
-                        case,
-                        phase,
-                        timing,
-                        floor_ms: flops / (fma_peak * 1e6),
-                        peak_rss_mb: memory,
-                    });
+                    rows.push(Row { series, backend, case, phase, timing, floor_ms: flops / (fma_peak * 1e6), memory });
                 }
             }
         }
@@ -168,6 +183,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         args.json.clone().unwrap_or_else(|| bench_dir.join(if args.quick { "bench-quick.json" } else { "bench.json" }));
     let out = json!({
         "quick": args.quick,
+        "processor": processor,
         "limits": limits,
         "params": plan.cases.iter().map(|c| Ok(json!({ "case": c, "params": parameters(*c)? }))).collect::<Result<Vec<_>>>()?,
         "rows": rows.iter().map(Row::to_json).collect::<Vec<_>>(),
@@ -309,14 +325,14 @@ struct Row {
     phase: &'static str,
     timing: Timing,
     floor_ms: f64,
-    peak_rss_mb: Option<f64>,
+    memory: Memory,
 }
 
 impl Row {
     fn to_json(&self) -> Value {
         json!({
             "series": self.series, "backend": self.backend, "case": self.case, "phase": self.phase,
-            "timing": self.timing, "floor_ms": self.floor_ms, "peak_rss_mb": self.peak_rss_mb,
+            "timing": self.timing, "floor_ms": self.floor_ms, "memory": self.memory,
         })
     }
 }
@@ -343,12 +359,13 @@ fn reference_ms(reference: &Value, name: &str, case: &Case, phase: &str) -> Opti
     })
 }
 
+/// The memory torch's training steps added to its idle process for a row.
 fn reference_memory(reference: &Value, case: &Case) -> Option<f64> {
     let case = serde_json::to_value(case).ok()?;
     reference["peak_rss_mb"]
         .as_array()?
         .iter()
-        .find_map(|r| (r["case"] == case).then(|| r["peak_rss_mb"].as_f64()).flatten())
+        .find_map(|r| (r["case"] == case).then(|| r["step_mb"].as_f64()).flatten())
 }
 
 /// The fastest reference for a row: its name and time.
@@ -365,7 +382,7 @@ fn mb(value: Option<f64>) -> String {
 
 fn sweep_table(rows: &[Row], reference: Option<&Value>) -> String {
     let mut out = String::from(
-        "| shape B,T,D,HxK | mask | model | call | phase | backend | ours ms | fastest reference ms | ours / fastest | floor ms | ours / floor | ours MB | torch MB |\n\
+        "| shape B,T,D,HxK | mask | model | call | phase | backend | ours ms | fastest reference ms | ours / fastest | floor ms | ours / floor | ours step MB | torch step MB |\n\
          |---|---|---|---|---|---|---:|---|---:|---:|---:|---:|---:|\n",
     );
     for r in rows.iter().filter(|r| r.series == "sweep") {
@@ -383,7 +400,7 @@ fn sweep_table(rows: &[Row], reference: Option<&Value>) -> String {
             best.map_or("-".into(), |(_, ms)| format!("**{:.2}**", r.timing.median_ms / ms)),
             r.floor_ms,
             r.timing.median_ms / r.floor_ms,
-            mb(r.peak_rss_mb),
+            mb(r.memory.step_mb),
             mb(reference.and_then(|reference| reference_memory(reference, &r.case))),
         );
     }
@@ -400,7 +417,7 @@ fn scaling_points(rows: &[Row], reference: Option<&Value>) -> Vec<train::plot::S
                 seq_len: r.case.shape.seq_len,
                 ours_ms: r.timing.median_ms,
                 torch_ms: torch,
-                ours_mb: r.peak_rss_mb,
+                ours_mb: r.memory.step_mb,
                 torch_mb: reference.and_then(|reference| reference_memory(reference, &r.case)),
             }
         })
@@ -410,7 +427,7 @@ fn scaling_points(rows: &[Row], reference: Option<&Value>) -> Vec<train::plot::S
 fn scaling_table(rows: &[Row], reference: Option<&Value>) -> String {
     let mut out = format!(
         "Scaling: the Keras-exact layer, {SCALING_TOKENS} tokens per batch (B = {SCALING_TOKENS} / T), D = 64, 4 heads of 16, no mask.\n\n\
-         | T | B | phase | ours ms | torch SDPA ms | ours / torch | ours MB | torch MB |\n|---:|---:|---|---:|---:|---:|---:|---:|\n"
+         | T | B | phase | ours ms | torch SDPA ms | ours / torch | ours step MB | torch step MB |\n|---:|---:|---|---:|---:|---:|---:|---:|\n"
     );
     for r in rows.iter().filter(|r| r.series == "scaling") {
         let torch = reference.and_then(|reference| reference_ms(reference, "torch/keras_style_sdpa", &r.case, r.phase));
@@ -422,15 +439,15 @@ fn scaling_table(rows: &[Row], reference: Option<&Value>) -> String {
             r.timing.median_ms,
             torch.map_or("-".into(), |ms| format!("{ms:.2}")),
             torch.map_or("-".into(), |ms| format!("{:.2}", r.timing.median_ms / ms)),
-            mb(r.peak_rss_mb),
+            mb(r.memory.step_mb),
             mb(reference.and_then(|reference| reference_memory(reference, &r.case))),
         );
     }
     out
 }
 
-/// Peak resident memory of a fresh process that takes 3 training steps of `case`.
-fn peak_memory_child(backend: Backend, case: Case) -> Result<Option<f64>> {
+/// The memory of a fresh process that takes 3 training steps of `case` on `isa`.
+fn memory_child(backend: Backend, case: Case, isa: Isa) -> Result<Memory> {
     let exe = std::env::current_exe()?;
     let shape = case.shape;
     let shape_arg = format!("{},{},{},{},{}", shape.batch, shape.seq_len, shape.features, shape.heads, shape.key_dim);
@@ -444,6 +461,7 @@ fn peak_memory_child(backend: Backend, case: Case) -> Result<Option<f64>> {
             case.call.name(),
             &shape_arg,
         ])
+        .env(kernels::simd::ISA_VARIABLE, isa.name())
         .output()?;
     if !output.status.success() {
         bail!(
@@ -455,7 +473,9 @@ fn peak_memory_child(backend: Backend, case: Case) -> Result<Option<f64>> {
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    Ok(String::from_utf8_lossy(&output.stdout).lines().last().and_then(|l| l.trim().parse().ok()))
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).with_context(|| format!("the memory child answered {last:?}"))
 }
 
 /// The Python to run the reference with, if one with torch and tensorflow is there.

@@ -41,6 +41,7 @@ use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::activation::sigmoid;
 use burn::tensor::{Bool, Device, Tensor, TensorData};
+use kernels::{BoolMask, FusedCall, linear_forward};
 
 use crate::attention::{
     AttentionPath, CallTraits, FullyMaskedRows, attend, burn_fused_attention, fresh_seed, masked_softmax, merge_heads,
@@ -48,7 +49,6 @@ use crate::attention::{
 };
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
-use crate::fused::{self, BoolMask, FusedCall, linear_forward};
 use crate::initializer::{KerasInitializer, keras_fans};
 use crate::weights::WeightMap;
 
@@ -602,7 +602,7 @@ impl KerasMha {
             // In inference the kernel returns the probabilities too.
             AttentionPath::Kernel if input.return_attention_scores && !q.is_autodiff() => {
                 let call = kernel_call(input.attention_mask);
-                let (context, probs) = fused::fused_attention_with_probs(q, kk, v, call); // [B, T, h, v], [B, h, T, S]
+                let (context, probs) = kernels::fused_attention_with_probs(q, kk, v, call); // [B, T, h, v], [B, h, T, S]
                 (context, Some(probs))
             }
             // In training they come from a masked softmax beside the kernel, differentiable.
@@ -616,7 +616,7 @@ impl KerasMha {
                     );
                     masked_softmax(scaled_logits(q.clone(), kk.clone(), scale), blocked, rows) // [B, h, T, S]
                 });
-                (fused::fused_attention(q, kk, v, kernel_call(input.attention_mask)), probs) // [B, T, h, v]
+                (kernels::fused_attention(q, kk, v, kernel_call(input.attention_mask)), probs) // [B, T, h, v]
             }
             AttentionPath::BurnFused => {
                 let blocked = blocked_pairs(

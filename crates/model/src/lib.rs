@@ -15,7 +15,6 @@ pub mod convert;
 pub mod dense;
 pub mod error;
 pub mod fixture;
-pub mod fused;
 pub mod initializer;
 pub mod keras_file;
 pub mod keras_mha;

@@ -17,9 +17,9 @@ use burn::tensor::{Bool, Device, Tensor};
 
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
-use crate::fused::linear_forward;
 use crate::torch_mha::{AttnMask, TorchMha, TorchMhaConfig, TorchMhaInput, TorchMhaOutput};
 use crate::weights::WeightMap;
+use kernels::linear_forward;
 
 #[derive(Config, Debug, PartialEq)]
 pub struct ProjectedConfig {

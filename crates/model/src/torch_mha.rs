@@ -26,6 +26,7 @@ use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Initializer, Linear};
 use burn::tensor::{Bool, Device, Tensor};
+use kernels::{BoolMask, FloatBias, FusedCall, linear_forward};
 
 use crate::attention::{
     AttentionPath, CallTraits, FullyMaskedRows, ProbsDropout, attend, burn_fused_attention, dropout_probs,
@@ -33,7 +34,6 @@ use crate::attention::{
 };
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
-use crate::fused::{self, BoolMask, FloatBias, FusedCall, linear_forward};
 use crate::weights::{HostTensor, WeightMap};
 
 /// The constructor arguments of `torch.nn.MultiheadAttention`.
@@ -444,7 +444,7 @@ impl TorchMha {
             // In inference the kernel returns the probabilities too.
             AttentionPath::Kernel if input.need_weights && !q.is_autodiff() && dropout.is_none() => {
                 let call = kernel_call(key_padding_mask, attn_mask, shape, scale, dropout)?;
-                let (context, probs) = fused::fused_attention_with_probs(q, k, v, call); // [B, T, h, E/h], [B, h, T, S]
+                let (context, probs) = kernels::fused_attention_with_probs(q, k, v, call); // [B, T, h, E/h], [B, h, T, S]
                 (context, Some(AttnWeights::of(probs, input.average_attn_weights)))
             }
             // In training they come from a masked softmax beside the kernel, differentiable.
@@ -463,7 +463,7 @@ impl TorchMha {
                     false => None,
                 };
                 let call = kernel_call(key_padding_mask, attn_mask, shape, scale, dropout)?;
-                (fused::fused_attention(q, k, v, call), weights) // [B, T, h, E/h]
+                (kernels::fused_attention(q, k, v, call), weights) // [B, T, h, E/h]
             }
             AttentionPath::BurnFused => {
                 let (blocked, _) = blocked_and_bias(key_padding_mask, attn_mask, shape)?;

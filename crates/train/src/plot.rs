@@ -287,7 +287,7 @@ pub struct ScalingPoint {
     pub torch_mb: Option<f64>,
 }
 
-/// The scaling figure: training-step time and peak memory against sequence length (log-log),
+/// The scaling figure: training-step time and the memory a step adds to the idle process against sequence length (log-log),
 /// ours beside torch, written as PNG through a temporary file and a rename.
 pub fn scaling(points: &[ScalingPoint], png: &Path) -> Result<()> {
     register_font();
@@ -307,7 +307,7 @@ fn draw_scaling<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, points: &[Scal
     type Series = fn(&ScalingPoint) -> (Option<f64>, Option<f64>);
     let specs: [(&str, &str, Series); 2] = [
         ("training step time", "ms", |p| (Some(p.ours_ms), p.torch_ms)),
-        ("peak memory (process)", "MB", |p| (p.ours_mb, p.torch_mb)),
+        ("memory a step adds", "MB", |p| (p.ours_mb, p.torch_mb)),
     ];
     for (panel, (title, unit, series)) in panels.iter().zip(specs) {
         let values: Vec<f64> =

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use anyhow::{Context, Result, bail};
+use kernels::Isa;
 use serde_json::{Value, json};
 use train::bench::{Case, Reps};
 
@@ -22,10 +23,11 @@ pub struct Reference {
 
 impl Reference {
     /// Starts the script with `python` and waits until torch and TensorFlow are imported.
-    pub fn start(python: &Path, root: &Path, threads: usize, quick: bool) -> Result<Self> {
+    /// `isa` restricts torch, MKL and oneDNN as our kernels are restricted (the script's `--isa`).
+    pub fn start(python: &Path, root: &Path, threads: usize, quick: bool, isa: Isa) -> Result<Self> {
         let script = root.join("xtask/python/bench_reference.py");
         let mut command = Command::new(python);
-        command.arg(&script).args(["--serve", "--threads", &threads.to_string()]);
+        command.arg(&script).args(["--serve", "--threads", &threads.to_string(), "--isa", isa.name()]);
         if quick {
             command.arg("--quick");
         }
@@ -40,6 +42,12 @@ impl Reference {
         let mut reference = Self { child, requests, answers, script };
         reference.answer()?; // {"ok": true, "ready": true}
         Ok(reference)
+    }
+
+    /// torch's float32 matmul rate on `[n, n] x [n, n]` (GFLOP/s, the median of `reps`).
+    pub fn matmul_gflops(&mut self, n: usize, reps: usize) -> Result<f64> {
+        let answer = self.ask(json!({ "op": "matmul", "n": n, "reps": reps }))?;
+        answer["gflops"].as_f64().with_context(|| format!("{}: a matmul answer without gflops", self.script.display()))
     }
 
     /// The row's torch peak memory, measured by the script in a fresh child of its own.
@@ -117,6 +125,9 @@ for line in sys.stdin:
             sys.exit(3)
         times = [float(request["reps"])] * request["reps"]
         print(json.dumps({"ok": True, "times": {"torch/stand_in": times}}), flush=True)
+    elif request["op"] == "matmul":
+        isa = sys.argv[sys.argv.index("--isa") + 1]
+        print(json.dumps({"ok": True, "gflops": request["n"] * request["reps"] + (0.5 if isa == "portable" else 0)}), flush=True)
     elif request["op"] == "memory":
         print(json.dumps({"ok": False, "error": "no memory today"}), flush=True)
     elif request["op"] == "report":
@@ -132,15 +143,16 @@ for line in sys.stdin:
         let case = Case { shape: Shape::SEED, mask: MaskKind::Padding, model: ModelKind::Keras, call: CallKind::Plain };
         let reps = Reps::FULL.round(1, 3);
 
-        let mut reference = Reference::start(Path::new("python3"), &root, 2, false).unwrap();
+        let mut reference = Reference::start(Path::new("python3"), &root, 2, false, Isa::PORTABLE).unwrap();
         let times = reference.measure(&case, "forward", reps).unwrap();
         assert_eq!(times["torch/stand_in"], vec![reps.measured as f64; reps.measured]);
+        assert_eq!(reference.matmul_gflops(64, 3).unwrap(), 192.5, "the rate, and --isa passed on");
         let refused = reference.memory(&case).unwrap_err().to_string();
         assert!(refused.contains("no memory today") && refused.contains("bench_reference.py"), "{refused}");
         let report = reference.report().unwrap();
         assert_eq!(report["errors"], json!(["none"]));
 
-        let mut reference = Reference::start(Path::new("python3"), &root, 2, false).unwrap();
+        let mut reference = Reference::start(Path::new("python3"), &root, 2, false, Isa::PORTABLE).unwrap();
         let died = reference.measure(&case, "train_step", reps).unwrap_err().to_string();
         assert!(died.contains("ended without answering") && died.contains("bench_reference.py"), "{died}");
         std::fs::remove_dir_all(&root).ok();

@@ -138,12 +138,44 @@ pub fn train_step(case: Case, device: &Device) -> Result<Call> {
     }))
 }
 
-/// Peak resident memory of this process so far (Linux `VmHWM`), in MB.
-pub fn peak_rss_mb() -> Option<f64> {
+/// What a row's training steps take, in MB: the process's peak resident memory, and what the
+/// steps added to the idle process (the peak over the resident memory once the model and data
+/// are built). The second compares fairly with a reference process that holds its libraries
+/// before any attention (torch and TensorFlow: about 700 MB).
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
+pub struct Memory {
+    pub peak_mb: Option<f64>,
+    pub step_mb: Option<f64>,
+}
+
+/// Takes `steps` calls of `step` (built, not yet called) and measures their [`Memory`]. Linux
+/// only: elsewhere both are `None`.
+pub fn step_memory(mut step: Call, steps: usize) -> Result<Memory> {
+    let idle = resident_mb("VmRSS:");
+    let reset = reset_peak_rss();
+    for _ in 0..steps {
+        step()?;
+    }
+    let peak_mb = resident_mb("VmHWM:");
+    let step_mb = match (reset, idle, peak_mb) {
+        (true, Some(idle), Some(peak)) => Some(peak - idle),
+        _ => None,
+    };
+    Ok(Memory { peak_mb, step_mb })
+}
+
+/// A memory line of this process's status (Linux `VmRSS`: now, `VmHWM`: at the peak), in MB.
+fn resident_mb(field: &str) -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024.0)
+}
+
+/// Sets the peak resident memory to the current one (Linux `clear_refs` 5); false where the
+/// system does not allow it.
+fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
 /// Parameter count of a row's model.

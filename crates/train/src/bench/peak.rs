@@ -1,19 +1,22 @@
-//! The machine's limits, measured: the float32 FMA peak of the cores the benchmark uses, and a
-//! backend's own matrix-product rate.
+//! The machine and its limits: the processor the benchmark runs on, the float32 FMA peak of the
+//! cores it uses on the instruction set in use, and matrix-product rates.
 
 use std::time::Instant;
 
 use anyhow::Result;
 use burn::tensor::{Device, Distribution, Tensor};
+use kernels::{Isa, Tuning};
+use serde::Serialize;
 
 use super::{Reps, time};
 
 /// Independent accumulator vectors per thread: enough to cover the FMA latency on both units.
 const CHAINS: usize = 16;
 
-/// The float32 FMA peak (GFLOP/s) of all of rayon's threads at once, on the widest vectors this
-/// CPU has: every thread runs [`CHAINS`] independent chains of fused multiply-adds. This is the
-/// floor no attention implementation on these cores can beat, whatever its library.
+/// The float32 FMA peak (GFLOP/s) of all of rayon's threads at once, on the vectors of the
+/// instruction set the kernels use ([`Isa::best`]: the widest this CPU has unless `KERNELS_ISA`
+/// restricts it): every thread runs [`CHAINS`] independent chains of fused multiply-adds. This is
+/// the floor no attention implementation on these cores can beat, whatever its library.
 pub fn fma_peak_gflops() -> f64 {
     let iterations = 20_000_000; // about 50 ms a run: thread wake-up is noise
     let run = || {
@@ -25,21 +28,17 @@ pub fn fma_peak_gflops() -> f64 {
     (0..5).map(|_| run()).fold(0.0, f64::max)
 }
 
-/// FLOPs of `iterations` steps of [`CHAINS`] vector FMAs, on the widest instruction set here.
+/// FLOPs of `iterations` steps of [`CHAINS`] vector FMAs, on the instruction set in use.
 fn fma_chains(iterations: usize) -> f64 {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::is_x86_feature_detected as has;
-        if has!("avx512f") && has!("fma") {
-            // SAFETY: the CPU has the features the function is compiled for.
-            return unsafe { chains_avx512(iterations) };
-        }
-        if has!("avx2") && has!("fma") {
-            // SAFETY: as above.
-            return unsafe { chains_avx2(iterations) };
-        }
+    match Isa::best().name() {
+        // SAFETY: an `Isa` is only made for an instruction set the CPU runs.
+        #[cfg(target_arch = "x86_64")]
+        "avx512" => unsafe { chains_avx512(iterations) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        "avx2" => unsafe { chains_avx2(iterations) },
+        _ => chains::<4>(iterations),
     }
-    chains::<4>(iterations)
 }
 
 /// `CHAINS` chains of `acc = acc * a + b` in vector registers, `iterations` steps.
@@ -84,6 +83,66 @@ fn chains<const L: usize>(iterations: usize) -> f64 {
     (2 * L * CHAINS * iterations) as f64
 }
 
+/// What a benchmark ran on, so that figures from different machines can be told apart.
+#[derive(Debug, Clone, Serialize)]
+pub struct Processor {
+    /// The CPU's model name (`/proc/cpuinfo`, or `sysctl` on macOS).
+    pub model: String,
+    /// The instruction set the kernels and the GEMM use, and its vector width in bits.
+    pub isa: &'static str,
+    pub vector_bits: usize,
+    /// The widest instruction set the CPU has.
+    pub widest_isa: &'static str,
+    /// The threads the kernels run on.
+    pub threads: usize,
+    /// The L1 data cache and the kernel's step derived from it ([`Tuning`]).
+    pub l1_kib: usize,
+    pub kernel_step: usize,
+}
+
+impl Processor {
+    pub fn here() -> Self {
+        let (isa, tuning) = (Isa::best(), Tuning::get());
+        Self {
+            model: cpu_model().unwrap_or_else(|| format!("unknown {} processor", std::env::consts::ARCH)),
+            isa: isa.name(),
+            vector_bits: isa.vector_bits(),
+            widest_isa: Isa::detected().name(),
+            threads: threads(),
+            l1_kib: tuning.l1_bytes / 1024,
+            kernel_step: tuning.step,
+        }
+    }
+}
+
+impl std::fmt::Display for Processor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}; {} ({}-bit vectors{}), {} threads, L1d {} KiB (kernel step {})",
+            self.model,
+            self.isa,
+            self.vector_bits,
+            if self.isa == self.widest_isa { String::new() } else { format!(", restricted from {}", self.widest_isa) },
+            self.threads,
+            self.l1_kib,
+            self.kernel_step
+        )
+    }
+}
+
+/// The CPU's model name, where the system says it.
+fn cpu_model() -> Option<String> {
+    if let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") {
+        return info.lines().find_map(|line| {
+            line.strip_prefix("model name")?.split_once(':').map(|(_, name)| name.trim().to_string())
+        });
+    }
+    let output = std::process::Command::new("sysctl").args(["-n", "machdep.cpu.brand_string"]).output().ok()?;
+    let name = String::from_utf8(output.stdout).ok()?.trim().to_string();
+    (!name.is_empty()).then_some(name)
+}
+
 /// The threads the kernels and the peak measurement run on (rayon's pool).
 pub fn threads() -> usize {
     rayon::current_num_threads()
@@ -100,10 +159,10 @@ pub fn matmul_gflops(device: &Device, n: usize, reps: Reps) -> Result<f64> {
     Ok(2.0 * (n * n * n) as f64 / (timing.median_ms * 1e6))
 }
 
-/// The float32 rate (GFLOP/s) of this project's own GEMM ([`model::fused::gemm`], what the dense
-/// layers use on the CPU backends) on a square `[n, n] x [n, n]` product.
+/// The float32 rate (GFLOP/s) of the GEMM the dense layers use on the CPU backends
+/// ([`kernels::gemm`], the `gemm` crate) on a square `[n, n] x [n, n]` product.
 pub fn gemm_gflops(n: usize, reps: Reps) -> Result<f64> {
-    use model::fused::gemm::{View, matmul};
+    use kernels::gemm::{View, matmul};
     let a: Vec<f32> = (0..n * n).map(|i| ((i * 7) % 13) as f32 - 6.0).collect();
     let b: Vec<f32> = (0..n * n).map(|i| ((i * 5) % 11) as f32 - 5.0).collect();
     let timing = time(reps, 1, || {

@@ -33,78 +33,37 @@
 
 use rayon::prelude::*;
 
-use super::exp;
-use super::mask::{FULL, KeyBlock, Mask, RowBlock};
-use super::tile::{Lanes, Portable, Vector, lane_accumulate, lane_dots, lane_max, lanes};
-use crate::attention::FullyMaskedRows;
-
-/// Rows per vector: 16 float32 fill one AVX-512 register (two AVX2 registers).
-pub const LANES: usize = 16;
-
-/// Keys (or query rows) per step of a tile's walk: the scores of one step stay in L1.
-const STEP: usize = 128;
-
-/// An instruction set the kernels are compiled for. Only [`Isa::available`] makes values other
-/// than `Baseline`, so holding one means the CPU runs it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Isa {
-    /// Whatever the build targets (SSE2 on x86-64), no FMA.
-    Baseline,
-    #[cfg(target_arch = "x86_64")]
-    Avx2Fma,
-    #[cfg(target_arch = "x86_64")]
-    Avx512,
-}
-
-impl Isa {
-    /// The instruction sets this CPU runs, widest first.
-    pub fn available() -> Vec<Isa> {
-        let mut found = Vec::new();
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::is_x86_feature_detected as has;
-            if has!("avx512f") && has!("avx2") && has!("fma") {
-                found.push(Isa::Avx512);
-            }
-            if has!("avx2") && has!("fma") {
-                found.push(Isa::Avx2Fma);
-            }
-        }
-        found.push(Isa::Baseline);
-        found
-    }
-
-    /// The widest instruction set this CPU runs (detected once).
-    pub fn best() -> Isa {
-        static BEST: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
-        *BEST.get_or_init(|| Isa::available()[0])
-    }
-}
+use crate::dims::{Dims, FullyMaskedRows};
+use crate::mask::{FULL, KeyBlock, Mask, RowBlock};
+use crate::on_pool;
+use crate::simd::{Isa, LANES, Lanes, Level, Portable, Vector, exp_nonpositive, lanes};
+use crate::tile::{lane_accumulate, lane_dots, lane_max};
+use crate::tuning::Tuning;
 
 /// Calls `$f::<V, NR>(args)` compiled for `$isa`: its vectors `V` and `NR` accumulator vectors
 /// (as many as its registers hold beside the operands).
 macro_rules! dispatch {
     ($isa:expr, $f:ident($($arg:expr),*)) => {
-        match $isa {
-            Isa::Baseline => $f::<Portable, 2>($($arg),*),
-            // SAFETY: an `Isa` other than `Baseline` comes from `Isa::available`, so the CPU
-            // supports the features the function is compiled for.
+        match Isa::level($isa) {
+            Level::Portable => $f::<Portable, 2>($($arg),*),
+            // SAFETY: every `Isa` is made by a constructor that checked the CPU for its
+            // instruction set, which the function is compiled for.
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2Fma => unsafe { simd::avx2::$f($($arg),*) },
+            Level::Avx2 => unsafe { compiled::avx2::$f($($arg),*) },
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => unsafe { simd::avx512::$f($($arg),*) },
+            Level::Avx512 => unsafe { compiled::avx512::$f($($arg),*) },
         }
     };
 }
 
 /// The tile functions compiled with wider instruction sets enabled.
 #[cfg(target_arch = "x86_64")]
-mod simd {
+mod compiled {
     macro_rules! variant {
         ($name:ident, $features:literal, $vector:ident, $nr:literal) => {
             pub mod $name {
                 use super::super::*;
-                use crate::fused::tile::$vector;
+                use crate::simd::$vector;
 
                 #[target_feature(enable = $features)]
                 pub unsafe fn forward_tile(job: ForwardTile, scratch: &mut Scratch) {
@@ -135,78 +94,6 @@ mod simd {
     }
     variant!(avx512, "avx512f,avx2,fma", Avx512, 8);
     variant!(avx2, "avx2,fma", Avx2, 4);
-}
-
-/// The sizes of one call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Dims {
-    pub batch: usize,
-    pub heads: usize,
-    pub query_len: usize,
-    pub source_len: usize,
-    pub key_dim: usize,
-    pub value_dim: usize,
-}
-
-impl Dims {
-    /// The sizes of a call with query `[B, T, h, dk]` and value `[B, S, h, dv]`.
-    pub fn of([batch, query_len, heads, key_dim]: [usize; 4], [_, source_len, _, value_dim]: [usize; 4]) -> Self {
-        Self { batch, heads, query_len, source_len, key_dim, value_dim }
-    }
-
-    /// `[B, T, h, dv]`: the output's shape.
-    pub fn output_shape(&self) -> [usize; 4] {
-        [self.batch, self.query_len, self.heads, self.value_dim]
-    }
-
-    /// `[B, T, h, dk]`, `[B, S, h, dk]` and `[B, S, h, dv]`: the query, key and value shapes.
-    pub fn shapes(&self) -> [[usize; 4]; 3] {
-        let Dims { batch, heads, query_len, source_len, key_dim, value_dim } = *self;
-        [[batch, query_len, heads, key_dim], [batch, source_len, heads, key_dim], [batch, source_len, heads, value_dim]]
-    }
-
-    /// No pair, no query row or no key: nothing for the kernel to compute.
-    fn is_empty(&self) -> bool {
-        self.pairs() == 0 || self.query_len == 0 || self.source_len == 0
-    }
-
-    /// (batch, head) pairs.
-    pub(crate) fn pairs(&self) -> usize {
-        self.batch * self.heads
-    }
-
-    /// The slice of a `[Bm, Hm, ..]` tensor (each of `Bm`, `Hm` 1, broadcast, or the call's size)
-    /// that (batch, head) pair `pair` reads.
-    pub(crate) fn broadcast_slice(&self, [bm, hm]: [usize; 2], pair: usize) -> usize {
-        let (batch, head) = (pair / self.heads, pair % self.heads);
-        (if bm == 1 { 0 } else { batch }) * hm + if hm == 1 { 0 } else { head }
-    }
-
-    /// Tiles of 16 query rows, and of 16 keys.
-    pub(crate) fn row_blocks(&self) -> usize {
-        self.query_len.div_ceil(LANES)
-    }
-
-    pub(crate) fn key_blocks(&self) -> usize {
-        self.source_len.div_ceil(LANES)
-    }
-
-    pub(crate) fn padded_query_len(&self) -> usize {
-        self.row_blocks() * LANES
-    }
-
-    pub(crate) fn padded_source_len(&self) -> usize {
-        self.key_blocks() * LANES
-    }
-
-    /// The query/key and value widths, zero-padded to a multiple of 4 (the products' step).
-    fn key_width(&self) -> usize {
-        self.key_dim.next_multiple_of(4)
-    }
-
-    fn value_width(&self) -> usize {
-        self.value_dim.next_multiple_of(4)
-    }
 }
 
 /// What the forward pass leaves for the backward pass: its inputs in the kernel's layouts and
@@ -261,14 +148,6 @@ pub fn forward_with_probs(
 ) -> (Vec<f32>, Vec<f32>) {
     let (output, _, probs) = on_pool(|| forward_with(Isa::best(), query, key, value, dims, scale, mask, true));
     (output, probs.expect("asked for"))
-}
-
-/// Runs `f` on a thread of rayon's pool. Each parallel loop started from a thread outside the
-/// pool hands its work to the pool and sleeps until it is done (two context switches, tens of
-/// microseconds); started inside, the loops of `f` split their work among the pool's threads
-/// directly, and only `f` itself is handed over.
-pub(crate) fn on_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    rayon::scope(|_| f())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -483,11 +362,13 @@ fn uniform_value_grads(saved: &Forward, grad_rows: &[f32]) -> Option<Vec<f32>> {
 
 /// Per-task buffers, reused across the tiles a task runs.
 pub struct Scratch {
-    /// `[STEP]`: one step's scores (then probabilities, or their gradients).
+    /// Keys (or query rows) per step of a tile's walk ([`Tuning::step`]).
+    step: usize,
+    /// `[step]`: one step's scores (then probabilities, or their gradients).
     scores: Vec<Lanes>,
-    /// `[STEP]`: one step's `dp` (then `ds`).
+    /// `[step]`: one step's `dp` (then `ds`).
     grads: Vec<Lanes>,
-    /// `[STEP]`: one step's mask bits, and its dropout keep bits.
+    /// `[step]`: one step's mask bits, and its dropout keep bits.
     bits: Vec<u16>,
     keep: Vec<u16>,
     /// `[max(Wk, Wv)]` x 2: accumulators of the tile's outputs.
@@ -498,11 +379,13 @@ pub struct Scratch {
 impl Scratch {
     fn new(dims: Dims) -> Self {
         let width = dims.key_width().max(dims.value_width());
+        let step = Tuning::get().step;
         Self {
-            scores: vec![[0.0; LANES]; STEP],
-            grads: vec![[0.0; LANES]; STEP],
-            bits: vec![FULL; STEP],
-            keep: vec![FULL; STEP],
+            step,
+            scores: vec![[0.0; LANES]; step],
+            grads: vec![[0.0; LANES]; step],
+            bits: vec![FULL; step],
+            keep: vec![FULL; step],
             first: vec![[0.0; LANES]; width],
             second: vec![[0.0; LANES]; width],
         }
@@ -529,17 +412,18 @@ pub struct ForwardTile<'a> {
     probs: Option<&'a mut [f32]>,
 }
 
-/// The forward pass of one tile, `STEP` keys at a time with the online softmax.
+/// The forward pass of one tile, `step` keys at a time with the online softmax.
 #[inline(always)]
 fn forward_tile<V: Vector, const NR: usize>(job: ForwardTile, scratch: &mut Scratch) {
+    let step = scratch.step;
     let wv = job.output.len() / LANES;
     let context = &mut scratch.first[..wv];
     context.fill([0.0; LANES]);
     let mut max = [f32::NEG_INFINITY; LANES];
     let mut sum = [0.0; LANES];
     let (lo, hi) = job.mask.keys;
-    for start in (lo..hi).step_by(STEP) {
-        let n = STEP.min(hi - start);
+    for start in (lo..hi).step_by(step) {
+        let n = step.min(hi - start);
         let scores = &mut scratch.scores[..n];
         step_scores::<V, NR>(job.query_t, job.key_rows, job.mask.bias, start, scores);
         let masked = !job.mask.all_allowed(start + n);
@@ -550,7 +434,7 @@ fn forward_tile<V: Vector, const NR: usize>(job: ForwardTile, scratch: &mut Scra
         if new_max != max {
             // Rows whose maximum grew rescale what they have summed so far.
             let mut alpha = [0.0; LANES];
-            exp::exp_nonpositive(V::load(&lanes(|i| max[i] - reference(new_max[i])))).store(&mut alpha);
+            exp_nonpositive(V::load(&lanes(|i| max[i] - reference(new_max[i])))).store(&mut alpha);
             sum = lanes(|i| sum[i] * alpha[i]);
             context.iter_mut().for_each(|c| *c = lanes(|i| c[i] * alpha[i]));
             max = new_max;
@@ -617,10 +501,11 @@ fn write_probs<V: Vector, const NR: usize>(
     scratch: &mut Scratch,
     probs: &mut [f32], // [rows, S], zeros
 ) {
+    let step = scratch.step;
     let (shift, scale) = (V::load(&max), V::load(&inv));
     let (lo, hi) = mask.keys;
-    for start in (lo..hi).step_by(STEP) {
-        let n = STEP.min(hi - start);
+    for start in (lo..hi).step_by(step) {
+        let n = step.min(hi - start);
         let scores = &mut scratch.scores[..n];
         step_scores::<V, NR>(query_t, key_rows, mask.bias, start, scores);
         let masked = !mask.all_allowed(start + n);
@@ -767,17 +652,18 @@ impl<'a> KeyValueInputs<'a> {
     }
 }
 
-/// `dk` and `dv` of one tile, `STEP` query rows at a time.
+/// `dk` and `dv` of one tile, `step` query rows at a time.
 #[inline(always)]
 fn key_value_tile<V: Vector, const NR: usize>(mut job: KeyValueTile, scratch: &mut Scratch) {
+    let step = scratch.step;
     let (wk, wv) = (job.key_t.len(), job.value_t.len());
     let key_acc = &mut scratch.first[..wk];
     let value_acc = &mut scratch.second[..wv];
     key_acc.fill([0.0; LANES]);
     value_acc.fill([0.0; LANES]);
     let (lo, hi) = job.mask.queries;
-    for start in (lo..hi).step_by(STEP) {
-        let n = STEP.min(hi - start);
+    for start in (lo..hi).step_by(step) {
+        let n = step.min(hi - start);
         let (probs, grads) = (&mut scratch.scores[..n], &mut scratch.grads[..n]);
         step_scores::<V, NR>(job.key_t, job.query_rows, job.mask.bias, start, probs); // s_j for each row
         lane_dots::<V, NR>(job.value_t, &job.grad_rows[start * wv..], wv, 1, grads); // dp_j
@@ -843,17 +729,18 @@ pub struct QueryTile<'a> {
     query_grad: &'a mut [f32],
 }
 
-/// `dq` of one tile, `STEP` keys at a time.
+/// `dq` of one tile, `step` keys at a time.
 #[inline(always)]
 fn query_tile<V: Vector, const NR: usize>(job: QueryTile, scratch: &mut Scratch) {
+    let step = scratch.step;
     let (wk, wv) = (job.query_t.len(), job.grad_t.len());
     let query_acc = &mut scratch.first[..wk];
     query_acc.fill([0.0; LANES]);
     let (max, inv, dot) = (V::load(&job.row_max), V::load(&job.inv_row_sum), V::load(&job.row_dot));
     let scale = V::splat(job.mask.dropout_scale());
     let (lo, hi) = job.mask.keys;
-    for start in (lo..hi).step_by(STEP) {
-        let n = STEP.min(hi - start);
+    for start in (lo..hi).step_by(step) {
+        let n = step.min(hi - start);
         let (scores, grads) = (&mut scratch.scores[..n], &mut scratch.grads[..n]);
         step_scores::<V, NR>(job.query_t, job.key_rows, job.mask.bias, start, scores);
         lane_dots::<V, NR>(job.grad_t, &job.value_rows[start * wv..], wv, 1, grads); // dp_j
@@ -1006,8 +893,8 @@ fn heads_last<T: Copy + Default + Send + Sync>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fused::bias::FloatBias;
-    use crate::fused::mask::BoolMask;
+    use crate::bias::FloatBias;
+    use crate::mask::BoolMask;
 
     /// A small deterministic generator, enough for test inputs.
     fn values(n: usize, seed: u64) -> Vec<f32> {
@@ -1225,7 +1112,7 @@ mod tests {
         for (key_dim, value_dim) in [(32, 32), (64, 48), (37, 130), (256, 256), (16, 8)] {
             let dims = Dims { batch: 2, heads: 2, query_len: 40, source_len: 150, key_dim, value_dim };
             for rule in [Rule::None, Rule::Causal, Rule::Padding, Rule::General { causal: true }] {
-                check(dims, rule, FullyMaskedRows::Uniform, &[Isa::best(), Isa::Baseline]);
+                check(dims, rule, FullyMaskedRows::Uniform, &[Isa::best(), Isa::PORTABLE]);
             }
         }
     }

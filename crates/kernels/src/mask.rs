@@ -16,12 +16,11 @@
 
 use rayon::prelude::*;
 
-use crate::attention::FullyMaskedRows;
+use crate::dims::{Dims, FullyMaskedRows};
 
-use super::bias::{BiasLanes, FloatBias};
-use super::dropout::KeepMask;
-use super::kernel::{Dims, LANES};
-use super::tile::Lanes;
+use crate::bias::{BiasLanes, FloatBias};
+use crate::dropout::KeepMask;
+use crate::simd::{LANES, Lanes};
 
 /// Every lane allowed.
 pub const FULL: u16 = u16::MAX;

@@ -17,12 +17,12 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, NdArray, TensorMetadata, backend_extension};
 use burn::tensor::{Bool, BoolStore, DType, Tensor, TensorData};
 
-use super::bias::FloatBias;
-use super::dropout::KeepMask;
 use super::host::HostBackend;
-use super::kernel::{self, Dims};
-use super::mask::{BoolMask, Mask};
-use crate::attention::FullyMaskedRows;
+use crate::attention as kernel;
+use crate::bias::FloatBias;
+use crate::dims::{Dims, FullyMaskedRows};
+use crate::dropout::KeepMask;
+use crate::mask::{BoolMask, Mask};
 
 /// What a fused call attends: the scale of the logits and the mask of allowed pairs.
 #[derive(Debug, Clone)]

@@ -7,8 +7,9 @@
 
 use rayon::prelude::*;
 
-use super::kernel::{Dims, LANES};
-use super::tile::Lanes;
+use crate::dims::Dims;
+use crate::simd::LANES;
+use crate::simd::Lanes;
 
 /// A float mask on the host: `values[((b * Hm + h) * T + t) * S + s]` is added to the scaled logit
 /// of query `t` and key `s`, with `dims = [Bm, Hm, T, S]` and each of `Bm`, `Hm` either 1

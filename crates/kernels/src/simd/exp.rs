@@ -21,11 +21,11 @@ pub(crate) const POLYNOMIAL: [f32; 6] =
 /// the low mantissa bits: the sum's bit pattern is `ROUND_MAGIC.to_bits() + n`.
 const ROUND_MAGIC: f32 = 12_582_912.0;
 
-use super::tile::Vector;
+use super::Vector;
 
 /// `exp(x)` for lanes `x <= 0`, with fused multiply-adds where `V` has them.
 #[inline(always)]
-pub fn exp_nonpositive<V: Vector>(x: V) -> V {
+pub(crate) fn exp_nonpositive<V: Vector>(x: V) -> V {
     let clamped = x.max(V::splat(UNDERFLOW));
     let rounded = clamped.mul(V::splat(LOG2_E)).add(V::splat(ROUND_MAGIC));
     let n = rounded.sub(V::splat(ROUND_MAGIC)); // round(x / ln 2), in [-126, 0]
@@ -43,7 +43,7 @@ pub fn exp_nonpositive<V: Vector>(x: V) -> V {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fused::tile::{Lanes, Portable};
+    use crate::simd::{Lanes, Portable};
 
     /// `exp16` (one vector of 16 lanes) against libm in float64 on the softmax range, and at its
     /// ends: exactly 1 at 0, `exp(UNDERFLOW)` below it.
@@ -73,7 +73,7 @@ mod tests {
         });
         #[cfg(target_arch = "x86_64")]
         {
-            use crate::fused::tile::{Avx2, Avx512};
+            use crate::simd::{Avx2, Avx512};
             use std::arch::is_x86_feature_detected as has;
             // The generic exp with fused multiply-adds, and AVX-512's own.
             #[target_feature(enable = "avx2,fma")]

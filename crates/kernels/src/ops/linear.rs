@@ -1,6 +1,7 @@
 //! The dense layers' `x W + b` as a Burn backend operation with its own backward pass, on
-//! this crate's GEMM ([`gemm`]): on the CPU backends it runs about twice as fast as the backends'
-//! own matrix product (see `docs/benchmarks.md`).
+//! [`crate::gemm`]: the `gemm` crate called directly, with the bias as the product's starting
+//! value. flex's own matmul wraps the same crate but runs at a fraction of its rate (see
+//! `docs/benchmarks.md`).
 
 #![allow(deprecated)] // NdArray (also in the macro's expansion): deprecated in burn 0.22, still one of this project's backends.
 
@@ -15,9 +16,9 @@ use burn::backend::{Autodiff, Backend, Dispatch, Flex, NdArray, TensorMetadata, 
 use burn::nn::Linear;
 use burn::tensor::Tensor;
 
-use super::gemm::{View, matmul, matmul_bias};
+use super::attention::supports;
 use super::host::{HostBackend, HostValues};
-use super::op::supports;
+use crate::gemm::{View, matmul, matmul_bias};
 
 /// `x W` and `x W + b` for `x: [M, K]`, `W: [K, N]` and `b: [N]`: the GEMM on the backend's
 /// host-memory tensors (flex, ndarray), the bias added as the products are stored;

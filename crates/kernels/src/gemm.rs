@@ -1,0 +1,278 @@
+//! Dense float32 matrix products on host memory, for the layers' projections and their gradients:
+//! `C = A B (+ bias)` by the `gemm` crate, which packs both operands into panels sized from the
+//! cache hierarchy it reads at run time and runs micro-kernels compiled for each instruction set
+//! (AVX-512, AVX2 + FMA, NEON, scalar), picking the CPU's at run time.
+//!
+//! `A` and `B` are read in place in any layout through their strides, so a weight gradient's
+//! `xᵀ` is never copied, and the bias is the product's starting value rather than a pass of its own.
+//! The instruction set follows [`Isa::best`], so `KERNELS_ISA` restricts the GEMM as it restricts
+//! the attention kernel.
+
+use gemm::Parallelism;
+
+use crate::on_pool;
+use crate::simd::{Isa, Level};
+
+/// A matrix in host memory: element `(i, j)` is `data[i * row_stride + j * col_stride]`.
+#[derive(Debug, Clone, Copy)]
+pub struct View<'a> {
+    pub data: &'a [f32],
+    pub rows: usize,
+    pub cols: usize,
+    pub row_stride: usize,
+    pub col_stride: usize,
+}
+
+impl<'a> View<'a> {
+    /// A row-major `[rows, cols]` matrix.
+    pub fn new(data: &'a [f32], rows: usize, cols: usize) -> Self {
+        assert_eq!(data.len(), rows * cols, "matrix of {rows} x {cols}");
+        Self { data, rows, cols, row_stride: cols, col_stride: 1 }
+    }
+
+    /// The transpose, without moving data.
+    pub fn t(self) -> Self {
+        Self { rows: self.cols, cols: self.rows, row_stride: self.col_stride, col_stride: self.row_stride, ..self }
+    }
+
+    /// Every element the strides address lies inside `data` (the condition for reading it through
+    /// raw pointers).
+    fn assert_in_bounds(&self, name: &str) {
+        if self.rows > 0 && self.cols > 0 {
+            let last = (self.rows - 1) * self.row_stride + (self.cols - 1) * self.col_stride;
+            assert!(last < self.data.len(), "{name}: element {last} of a slice of {}", self.data.len());
+        }
+    }
+}
+
+/// `A B` as a row-major `[M, N]` buffer.
+pub fn matmul(a: View, b: View) -> Vec<f32> {
+    on_pool(|| product(Isa::best(), a, b, None))
+}
+
+/// `A B + bias` (`bias`: `[N]`, added to every row) as a row-major `[M, N]` buffer: a dense layer.
+pub fn matmul_bias(a: View, b: View, bias: &[f32]) -> Vec<f32> {
+    assert_eq!(bias.len(), b.cols, "one bias per column");
+    on_pool(|| product(Isa::best(), a, b, Some(bias)))
+}
+
+/// The product on `isa`'s micro-kernels: `C = 1 · C₀ + 1 · A B`, where `C₀` is the bias in
+/// every row, or nothing (the crate then ignores `C`'s contents).
+pub(crate) fn product(isa: Isa, a: View, b: View, bias: Option<&[f32]>) -> Vec<f32> {
+    assert_eq!(a.cols, b.rows, "inner dimensions");
+    a.assert_in_bounds("A");
+    b.assert_in_bounds("B");
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    let mut c = match bias {
+        Some(bias) => bias.repeat(m), // [M, N]
+        None => vec![0.0; m * n],     // [M, N]
+    };
+    if m == 0 || n == 0 {
+        return c;
+    }
+    let threads = rayon::current_num_threads();
+    let parallelism = if threads > 1 { Parallelism::Rayon(threads) } else { Parallelism::None };
+    let stride = |s: usize| s as isize;
+    // SAFETY: `C` is a row-major `[M, N]` buffer; every element of `A` and `B` that their strides
+    // address is in bounds (asserted above); `isa` was checked against the CPU when it was made.
+    unsafe {
+        gemm_for(isa)(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            1,
+            stride(n),
+            bias.is_some(),
+            a.data.as_ptr(),
+            stride(a.col_stride),
+            stride(a.row_stride),
+            b.data.as_ptr(),
+            stride(b.col_stride),
+            stride(b.row_stride),
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism,
+        )
+    };
+    c
+}
+
+/// `gemm`'s entry point: `(m, n, k, dst, dst_cs, dst_rs, read_dst, lhs, lhs_cs, lhs_rs, rhs,
+/// rhs_cs, rhs_rs, alpha, beta, conj_dst, conj_lhs, conj_rhs, parallelism)` computes
+/// `dst = alpha · dst + beta · lhs · rhs`.
+type GemmFn = unsafe fn(
+    usize,
+    usize,
+    usize,
+    *mut f32,
+    isize,
+    isize,
+    bool,
+    *const f32,
+    isize,
+    isize,
+    *const f32,
+    isize,
+    isize,
+    f32,
+    f32,
+    bool,
+    bool,
+    bool,
+    Parallelism,
+) -> ();
+
+/// The crate's own dispatch for the widest instruction set of the CPU; for a narrower one that
+/// `KERNELS_ISA` asked for, the same driver on that instruction set's micro-kernels (the crate
+/// picks by CPU only, and a benchmark of an AVX2-only processor needs its AVX2 path).
+fn gemm_for(isa: Isa) -> GemmFn {
+    if isa == Isa::detected() {
+        return gemm::gemm::<f32>;
+    }
+    match isa.level() {
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => narrower::avx2,
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => gemm::gemm::<f32>,
+        Level::Portable => narrower::portable,
+    }
+}
+
+/// `gemm-common`'s driver on one instruction set's micro-kernels from `gemm-f32`, as the `gemm`
+/// crate instantiates it for that instruction set (`gemm_common::gemm::gemm_def!`).
+mod narrower {
+    use gemm::Parallelism;
+    use gemm_common::gemm::gemm_basic_generic;
+
+    macro_rules! on_kernels {
+        ($name:ident, $simd:ty, $kernels:path, $lanes:expr) => {
+            /// [`super::GemmFn`] on these micro-kernels.
+            ///
+            /// # Safety
+            /// The pointers and strides address valid `[m, k]`, `[k, n]` and `[m, n]` matrices,
+            /// and the CPU runs the instruction set (checked again here).
+            #[allow(clippy::too_many_arguments)]
+            pub unsafe fn $name(
+                m: usize,
+                n: usize,
+                k: usize,
+                dst: *mut f32,
+                dst_cs: isize,
+                dst_rs: isize,
+                read_dst: bool,
+                lhs: *const f32,
+                lhs_cs: isize,
+                lhs_rs: isize,
+                rhs: *const f32,
+                rhs_cs: isize,
+                rhs_rs: isize,
+                alpha: f32,
+                beta: f32,
+                conj_dst: bool,
+                conj_lhs: bool,
+                conj_rhs: bool,
+                parallelism: Parallelism,
+            ) {
+                use gemm_common::simd::MixedSimd;
+                use $kernels as kernels;
+                let simd = <$simd as MixedSimd<f32, f32, f32, f32>>::try_new()
+                    .expect("an Isa is only made for an instruction set the CPU runs");
+                // SAFETY: the caller's contract.
+                unsafe {
+                    gemm_basic_generic::<
+                        _,
+                        f32,
+                        { $lanes },
+                        { kernels::MR_DIV_N * $lanes },
+                        { kernels::NR },
+                        { kernels::MR_DIV_N },
+                        { kernels::H_M },
+                        { kernels::H_N },
+                    >(
+                        simd,
+                        m,
+                        n,
+                        k,
+                        dst,
+                        dst_cs,
+                        dst_rs,
+                        read_dst,
+                        lhs,
+                        lhs_cs,
+                        lhs_rs,
+                        rhs,
+                        rhs_cs,
+                        rhs_rs,
+                        alpha,
+                        beta,
+                        conj_dst,
+                        conj_lhs,
+                        conj_rhs,
+                        |a, b, c| a * b + c,
+                        &kernels::UKR,
+                        &kernels::H_UKR,
+                        false,
+                        parallelism,
+                    )
+                }
+            }
+        };
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    on_kernels!(avx2, gemm_common::simd::V3, gemm_f32::microkernel::fma::f32, 8);
+    on_kernels!(portable, gemm_common::simd::Scalar, gemm_f32::microkernel::scalar::f32, 1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn products_of_every_layout_with_and_without_bias_match_the_definition_on_every_instruction_set() {
+        for (m, k, n) in [(1, 1, 1), (7, 5, 3), (70, 33, 40), (130, 17, 16), (9, 64, 100), (20, 600, 24), (3, 0, 5)] {
+            let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| ((i * 5) % 13) as f32 * 0.25 - 1.5).collect();
+            let want: Vec<f32> =
+                (0..m * n).map(|i| (0..k).map(|j| a[i / n * k + j] * b[j * n + i % n]).sum()).collect();
+            let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.5 - 3.0).collect();
+            let (at, bt) = (transpose(&a, m, k), transpose(&b, k, n));
+            for isa in Isa::available() {
+                let layouts = [
+                    (View::new(&a, m, k), View::new(&b, k, n)),
+                    (View::new(&at, k, m).t(), View::new(&b, k, n)),
+                    (View::new(&a, m, k), View::new(&bt, n, k).t()),
+                ];
+                for (x, y) in layouts {
+                    let got = product(isa, x, y, None);
+                    let error = got.iter().zip(&want).map(|(g, w)| (g - w).abs()).fold(0.0, f32::max);
+                    assert!(error < 1e-3, "{isa:?} {m}x{k}x{n}: error {error}");
+                    let got = product(isa, x, y, Some(&bias));
+                    let error = got
+                        .iter()
+                        .zip(&want)
+                        .enumerate()
+                        .map(|(i, (g, w))| (g - w - bias[i % n]).abs())
+                        .fold(0.0, f32::max);
+                    assert!(error < 1e-3, "{isa:?} {m}x{k}x{n} with a bias: error {error}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "A: element")]
+    fn a_view_whose_strides_leave_its_slice_is_refused_before_any_read() {
+        let data = [0.0; 6];
+        let a = View { data: &data, rows: 3, cols: 2, row_stride: 3, col_stride: 1 };
+        product(Isa::PORTABLE, a, View::new(&data, 2, 3), None);
+    }
+
+    fn transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+        (0..rows * cols).map(|i| x[(i % rows) * cols + i / rows]).collect()
+    }
+}

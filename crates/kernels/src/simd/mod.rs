@@ -1,0 +1,245 @@
+//! The SIMD layer: 16 float32 lanes as a vector of the instruction set the CPU has, and the
+//! instruction sets themselves.
+//!
+//! Every vector operation of the kernels goes through [`Vector`], implemented three times:
+//! [`Portable`] (plain arrays), and on x86-64 `Avx2` (two `__m256`) and `Avx512` (one `__m512`).
+//! The x86 implementations execute their instruction set's intrinsics, so they may only run on a
+//! CPU that has it. That is kept by construction: the vector types and [`Vector`] are private to
+//! this crate, and the functions generic over them are reached only through an [`Isa`], whose
+//! constructors check the CPU. Nothing outside the crate can name an AVX-512 vector, and an
+//! `Isa` value is a proof that its instructions run here.
+
+mod exp;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+pub(crate) use exp::exp_nonpositive;
+#[cfg(target_arch = "x86_64")]
+pub(crate) use x86::{Avx2, Avx512};
+
+/// Rows per vector: 16 float32 fill one AVX-512 register (two AVX2 registers).
+pub const LANES: usize = 16;
+
+/// An instruction set the kernels and the GEMM are compiled for, present on this CPU.
+///
+/// Only [`Isa::available`], [`Isa::detected`], [`Isa::best`] and [`Isa::parse`] make values,
+/// and each checks the CPU first: holding an `Isa` means its instructions run here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Isa(Level);
+
+/// The instruction sets, narrowest first (the order `Ord` compares by).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Level {
+    /// Whatever the build targets (SSE2 on x86-64), no FMA: any CPU.
+    Portable,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+/// The variable that restricts the instruction set, for tests and benchmarks: `avx512`, `avx2`
+/// or `portable`, never wider than the CPU has.
+pub const ISA_VARIABLE: &str = "KERNELS_ISA";
+
+/// The instruction set of this process, once [`Isa::best`] or [`Isa::use_for_process`] chose it.
+static BEST: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+
+impl Isa {
+    /// The baseline, which every CPU runs.
+    pub const PORTABLE: Isa = Isa(Level::Portable);
+
+    /// The instruction sets this CPU runs, widest first.
+    pub fn available() -> Vec<Isa> {
+        let mut found = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            if has!("avx512f") && has!("avx2") && has!("fma") {
+                found.push(Isa(Level::Avx512));
+            }
+            if has!("avx2") && has!("fma") {
+                found.push(Isa(Level::Avx2));
+            }
+        }
+        found.push(Isa::PORTABLE);
+        found
+    }
+
+    /// The widest instruction set this CPU runs.
+    pub fn detected() -> Isa {
+        Isa::available()[0]
+    }
+
+    /// The instruction set the kernels use: the one [`ISA_VARIABLE`] names, else the widest this
+    /// CPU runs. Read once per process; a value that names no instruction set of this CPU is
+    /// reported on stderr and the widest is used (call [`Isa::from_env`] first to refuse it).
+    pub fn best() -> Isa {
+        *BEST.get_or_init(|| match Isa::from_env() {
+            Ok(isa) => isa.unwrap_or_else(Isa::detected),
+            Err(error) => {
+                eprintln!("warning: {error}; using {}", Isa::detected().name());
+                Isa::detected()
+            }
+        })
+    }
+
+    /// Fixes the instruction set [`Isa::best`] returns for the rest of the process (a benchmark's
+    /// `--isa`). Fails, returning the one in use, once a kernel has run.
+    pub fn use_for_process(isa: Isa) -> Result<(), Isa> {
+        BEST.set(isa).or_else(|_| if Isa::best() == isa { Ok(()) } else { Err(Isa::best()) })
+    }
+
+    /// The instruction set [`ISA_VARIABLE`] names, if it is set.
+    pub fn from_env() -> Result<Option<Isa>, IsaError> {
+        match std::env::var(ISA_VARIABLE) {
+            Ok(name) if !name.is_empty() => Isa::parse(&name).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// `avx512`, `avx2` or `portable`, if this CPU runs it.
+    pub fn parse(name: &str) -> Result<Isa, IsaError> {
+        Isa::available().into_iter().find(|isa| isa.name() == name.trim().to_ascii_lowercase()).ok_or_else(|| {
+            IsaError { name: name.to_string(), available: Isa::available().iter().map(|isa| isa.name()).collect() }
+        })
+    }
+
+    /// The name [`Isa::parse`] reads.
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            Level::Portable => "portable",
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => "avx2",
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => "avx512",
+        }
+    }
+
+    /// The width of one vector register in bits (128 for the portable path: SSE2 or NEON).
+    pub fn vector_bits(self) -> usize {
+        match self.0 {
+            Level::Portable => 128,
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => 256,
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => 512,
+        }
+    }
+
+    pub(crate) fn level(self) -> Level {
+        self.0
+    }
+}
+
+/// An instruction-set name that this CPU does not run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsaError {
+    pub name: String,
+    pub available: Vec<&'static str>,
+}
+
+impl std::fmt::Display for IsaError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{ISA_VARIABLE}={:?} is not an instruction set of this CPU (it runs: {})",
+            self.name,
+            self.available.join(", ")
+        )
+    }
+}
+
+impl std::error::Error for IsaError {}
+
+/// 16 float32 values: one AVX-512 register, two AVX2 ones.
+pub type Lanes = [f32; LANES];
+
+/// A lane-wise expression as a vector.
+#[inline(always)]
+pub fn lanes(f: impl Fn(usize) -> f32) -> Lanes {
+    std::array::from_fn(f)
+}
+
+/// 16 lanes in registers, for one instruction set. The x86 implementations call intrinsics of
+/// their instruction set: they are only used inside functions compiled for it, reached through an
+/// [`Isa`] (see the attention kernel's `dispatch!`), so only on CPUs that have it.
+pub(crate) trait Vector: Copy {
+    fn zero() -> Self;
+    fn splat(x: f32) -> Self;
+    fn load(x: &Lanes) -> Self;
+    fn store(self, out: &mut Lanes);
+    /// `self * b + c` (fused where the instruction set has FMA)
+    fn mul_add(self, b: Self, c: Self) -> Self;
+    fn max(self, b: Self) -> Self;
+    fn add(self, b: Self) -> Self;
+    fn sub(self, b: Self) -> Self;
+    fn mul(self, b: Self) -> Self;
+    /// `self` in the lanes whose bit is set, 0 elsewhere.
+    fn keep(self, bits: u16) -> Self;
+    /// `2^n` for the `n` that [`exp_nonpositive`]'s rounding trick holds in the low mantissa bits
+    /// of `self`: the bit pattern `(bits(self) - bits(magic) + 127) << 23`.
+    fn pow2_of_rounded(self, magic: f32) -> Self;
+    /// `exp(self)` for lanes `<= 0` ([`exp_nonpositive`]), unless
+    /// the instruction set has a shorter way.
+    #[inline(always)]
+    fn exp_nonpositive(self) -> Self {
+        exp_nonpositive(self)
+    }
+    /// The 16 x 16 block `rows` transposed: lane `i` of output `j` is lane `j` of row `i`.
+    #[inline(always)]
+    fn transpose(rows: &[Lanes; LANES]) -> [Lanes; LANES] {
+        std::array::from_fn(|j| std::array::from_fn(|i| rows[i][j]))
+    }
+}
+
+/// The baseline: plain arrays, whatever the compiler makes of them.
+#[derive(Clone, Copy)]
+pub(crate) struct Portable(Lanes);
+
+impl Vector for Portable {
+    #[inline(always)]
+    fn zero() -> Self {
+        Portable([0.0; LANES])
+    }
+    #[inline(always)]
+    fn splat(x: f32) -> Self {
+        Portable([x; LANES])
+    }
+    #[inline(always)]
+    fn load(x: &Lanes) -> Self {
+        Portable(*x)
+    }
+    #[inline(always)]
+    fn store(self, out: &mut Lanes) {
+        *out = self.0;
+    }
+    #[inline(always)]
+    fn mul_add(self, b: Self, c: Self) -> Self {
+        Portable(lanes(|i| self.0[i] * b.0[i] + c.0[i]))
+    }
+    #[inline(always)]
+    fn max(self, b: Self) -> Self {
+        Portable(lanes(|i| self.0[i].max(b.0[i])))
+    }
+    #[inline(always)]
+    fn add(self, b: Self) -> Self {
+        Portable(lanes(|i| self.0[i] + b.0[i]))
+    }
+    #[inline(always)]
+    fn sub(self, b: Self) -> Self {
+        Portable(lanes(|i| self.0[i] - b.0[i]))
+    }
+    #[inline(always)]
+    fn mul(self, b: Self) -> Self {
+        Portable(lanes(|i| self.0[i] * b.0[i]))
+    }
+    #[inline(always)]
+    fn keep(self, bits: u16) -> Self {
+        Portable(lanes(|i| if bits >> i & 1 == 1 { self.0[i] } else { 0.0 }))
+    }
+    #[inline(always)]
+    fn pow2_of_rounded(self, magic: f32) -> Self {
+        Portable(lanes(|i| f32::from_bits(self.0[i].to_bits().wrapping_sub(magic.to_bits()).wrapping_add(127) << 23)))
+    }
+}

@@ -1,0 +1,167 @@
+//! The two register-blocked products every pass of the kernel is made of.
+//!
+//! A tile holds 16 rows (query rows, or keys) in the lanes of one vector, [`Lanes`]; a matrix
+//! with rows in lanes is stored feature by feature, `[W] x Lanes`. Against it the kernel needs
+//!
+//! * [`lane_dots`]: `out[r] = Σ_d tile[d] · rows[r][d]`, the 16 dot products of each of `n` rows
+//!   (scores `q kᵀ`, and `dO vᵀ`);
+//! * [`lane_accumulate`]: `acc[d] += Σ_r weights[r] · rows[r][d]`, a weighted sum of `n` rows
+//!   into a tile (`P v`, `dS k`, `Pᵀ dO`, `dSᵀ q`).
+//!
+//! Both keep `NR` accumulator vectors in registers (8 with AVX-512's 32 registers, fewer with
+//! AVX2 or SSE) and broadcast each scalar of `rows` once per `NR` fused multiply-adds, so their
+//! rate is that of the FMA units at any feature width, not of the loads. They are written on
+//! explicit vectors ([`Vector`]): left to itself, LLVM vectorises the feature loop instead, with
+//! gathers and scatters, at a tenth of the speed. Vector code here holds no closures: a closure
+//! does not inherit its caller's target features, so the intrinsics in one that LLVM does not
+//! inline become calls (the 16 x 16 transpose once ran at half speed that way).
+
+use crate::simd::{LANES, Lanes, Vector};
+
+/// The lane-wise maximum of `rows`, starting from `init`.
+#[inline(always)]
+pub(crate) fn lane_max<V: Vector>(rows: &[Lanes], init: Lanes) -> Lanes {
+    let mut max = V::load(&init);
+    for row in rows {
+        max = max.max(V::load(row));
+    }
+    let mut out = [0.0; LANES];
+    max.store(&mut out);
+    out
+}
+
+/// `out[r] = Σ_d tile[d] · rows[r * row_stride + d * depth_stride]` for `d < tile.len()`;
+/// `out.len()` must be a multiple of `NR`. The depth stride lets the GEMM read a transposed
+/// operand in place (the kernel's rows are contiguous: `depth_stride = 1`).
+#[inline(always)]
+pub(crate) fn lane_dots<V: Vector, const NR: usize>(
+    tile: &[Lanes],
+    rows: &[f32],
+    row_stride: usize,
+    depth_stride: usize,
+    out: &mut [Lanes],
+) {
+    let width = tile.len();
+    for (group, out) in out.chunks_exact_mut(NR).enumerate() {
+        let first = group * NR * row_stride;
+        if width > 0 {
+            let last = first + (NR - 1) * row_stride + (width - 1) * depth_stride;
+            assert!(last < rows.len(), "lane_dots reads element {last} of {}", rows.len());
+        }
+        // SAFETY: every element read below is at most `last`, checked above; checked per
+        // element, the NR bounds tests would cost as much as the multiply-adds.
+        let starts: [*const f32; NR] = std::array::from_fn(|r| unsafe { rows.as_ptr().add(first + r * row_stride) });
+        let mut acc = [V::zero(); NR];
+        for (d, column) in tile.iter().enumerate() {
+            let column = V::load(column);
+            let offset = d * depth_stride;
+            for r in 0..NR {
+                let x = unsafe { *starts[r].add(offset) };
+                acc[r] = column.mul_add(V::splat(x), acc[r]);
+            }
+        }
+        for (acc, out) in acc.into_iter().zip(out) {
+            acc.store(out);
+        }
+    }
+}
+
+/// `acc[d] += Σ_r weights[r] · rows[r * stride + d]` for `d < acc.len()`, a multiple of 4.
+#[inline(always)]
+pub(crate) fn lane_accumulate<V: Vector, const NR: usize>(
+    weights: &[Lanes],
+    rows: &[f32],
+    stride: usize,
+    acc: &mut [Lanes],
+) {
+    let width = acc.len();
+    let mut first = 0;
+    while first < width {
+        if width - first >= NR {
+            accumulate_columns::<V, NR>(weights, rows, stride, first, &mut acc[first..first + NR]);
+            first += NR;
+        } else {
+            accumulate_columns::<V, 4>(weights, rows, stride, first, &mut acc[first..first + 4]);
+            first += 4;
+        }
+    }
+}
+
+/// [`lane_accumulate`] for the `C` features `first ..`, held in registers over all rows.
+#[inline(always)]
+fn accumulate_columns<V: Vector, const C: usize>(
+    weights: &[Lanes],
+    rows: &[f32],
+    stride: usize,
+    first: usize,
+    acc: &mut [Lanes],
+) {
+    // A loop, not `array::from_fn`: a closure does not inherit the caller's target features.
+    let mut sums = [V::zero(); C];
+    for c in 0..C {
+        sums[c] = V::load(&acc[c]);
+    }
+    for (r, weight) in weights.iter().enumerate() {
+        let row = &rows[r * stride + first..][..C];
+        let weight = V::load(weight);
+        for c in 0..C {
+            sums[c] = weight.mul_add(V::splat(row[c]), sums[c]);
+        }
+    }
+    for (sum, out) in sums.into_iter().zip(acc) {
+        sum.store(out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[cfg(target_arch = "x86_64")]
+    use crate::simd::Avx512;
+    use crate::simd::{Portable, lanes};
+
+    #[test]
+    fn transposes_match_the_definition_on_every_instruction_set() {
+        let rows: [Lanes; LANES] = std::array::from_fn(|i| lanes(|j| (i * 16 + j) as f32));
+        let want: [Lanes; LANES] = std::array::from_fn(|j| lanes(|i| rows[i][j]));
+        assert_eq!(Portable::transpose(&rows), want);
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            #[target_feature(enable = "avx512f,avx2,fma")]
+            unsafe fn avx512(rows: &[Lanes; LANES]) -> [Lanes; LANES] {
+                Avx512::transpose(rows)
+            }
+            // SAFETY: the CPU has AVX-512 (checked above).
+            assert_eq!(unsafe { avx512(&rows) }, want);
+        }
+    }
+
+    #[test]
+    fn products_match_their_definitions() {
+        let (n, width, stride) = (16, 12, 13);
+        let tile: Vec<Lanes> = (0..width).map(|d| lanes(|i| (d * 16 + i) as f32 * 0.01)).collect();
+        let rows: Vec<f32> = (0..n * stride).map(|x| (x % 7) as f32 - 3.0).collect();
+        let mut out = vec![[0.0; LANES]; n];
+        lane_dots::<Portable, 8>(&tile, &rows, stride, 1, &mut out);
+        for r in 0..n {
+            for i in 0..LANES {
+                let want: f32 = (0..width).map(|d| tile[d][i] * rows[r * stride + d]).sum();
+                assert!((out[r][i] - want).abs() < 1e-4, "dots r {r} lane {i}");
+            }
+        }
+        for nr in [2, 4, 8] {
+            let mut acc = vec![[1.0; LANES]; width];
+            match nr {
+                2 => lane_accumulate::<Portable, 2>(&out, &rows, stride, &mut acc),
+                4 => lane_accumulate::<Portable, 4>(&out, &rows, stride, &mut acc),
+                _ => lane_accumulate::<Portable, 8>(&out, &rows, stride, &mut acc),
+            }
+            for d in 0..width {
+                for i in 0..LANES {
+                    let want: f32 = 1.0 + (0..n).map(|r| out[r][i] * rows[r * stride + d]).sum::<f32>();
+                    assert!((acc[d][i] - want).abs() < 1e-3 * want.abs().max(1.0), "accumulate nr {nr} d {d} lane {i}");
+                }
+            }
+        }
+    }
+}
