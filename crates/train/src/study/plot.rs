@@ -11,7 +11,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use crate::report::{Cell, pair_difference, primary_backend};
+use super::report::{Cell, pair_difference, primary_backend};
 use crate::study::{Condition, StudyResults, Variant, smooth};
 
 const WIDTH: u32 = 520;
