@@ -5,6 +5,7 @@ pub mod bench;
 pub mod config;
 pub mod convert;
 pub mod export;
+mod figure;
 pub mod loss;
 pub mod models;
 pub mod optim;
