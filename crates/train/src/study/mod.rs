@@ -13,9 +13,21 @@
 //! starts from them, with the same host-generated batches, so the loss curves of one variant on
 //! different backends are comparable step by step. Finished runs are reused and interrupted ones
 //! resumed, unless the study is fresh: reuse matches configs, not the code that ran them.
+//!
+//! The modules, each importing only those above it: [`stats`] (plain numbers, nothing of the
+//! study), [`design`] (what to run), [`runner`] (running it, the results), [`analysis`] (what the
+//! report and figures read from the results), [`plot`] (the figures) and [`report`] (`report.md`,
+//! and [`write_report`], which writes it beside the figures).
 
-mod design;
+pub mod analysis;
+pub mod design;
 pub mod plot;
 pub mod report;
+pub mod runner;
+pub mod stats;
 
-pub use design::*;
+pub use analysis::cross_backend_max_diff;
+pub use design::{Condition, PlannedRun, Rung, StudyConfig, Variant, ladder};
+pub use report::write_report;
+pub use runner::{BLOW_UP, RunResult, RungFloors, StudyResults, run_study};
+pub use stats::{Difference, mean_std, smooth, t_critical_95};

@@ -10,9 +10,11 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::report::{Cell, pair_difference, primary_backend};
+use super::analysis::{Cell, pair_difference, primary_backend};
+use super::design::{Condition, Variant};
+use super::runner::StudyResults;
+use super::stats::smooth;
 use crate::figure::{HEIGHT, WIDTH, nice_log_label, register_font};
-use crate::study::{Condition, StudyResults, Variant, smooth};
 
 /// Writes the loss curves at each rung's base condition, one panel per rung.
 pub fn loss_curves(results: &StudyResults, svg: &Path, png: &Path) -> Result<()> {
