@@ -194,7 +194,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if !plan.scaling.is_empty() && !args.quick {
         model::weights::write_atomic(&bench_dir.join("scaling.md"), scaling.as_bytes())?;
         let points = scaling_points(&rows, reference.as_ref());
-        train::plot::scaling(&points, &bench_dir.join("scaling.png"))?;
+        train::bench::plot::scaling(&points, &bench_dir.join("scaling.png"))?;
         println!("wrote {} and scaling.png", bench_dir.join("scaling.md").display());
     }
     Ok(ExitCode::SUCCESS)
@@ -407,13 +407,13 @@ fn sweep_table(rows: &[Row], reference: Option<&Value>) -> String {
     out
 }
 
-fn scaling_points(rows: &[Row], reference: Option<&Value>) -> Vec<train::plot::ScalingPoint> {
+fn scaling_points(rows: &[Row], reference: Option<&Value>) -> Vec<train::bench::plot::ScalingPoint> {
     let train = rows.iter().filter(|r| r.series == "scaling" && r.phase == "train_step");
     train
         .map(|r| {
             let torch = reference
                 .and_then(|reference| reference_ms(reference, "torch/keras_style_sdpa", &r.case, "train_step"));
-            train::plot::ScalingPoint {
+            train::bench::plot::ScalingPoint {
                 seq_len: r.case.shape.seq_len,
                 ours_ms: r.timing.median_ms,
                 torch_ms: torch,

@@ -1,9 +1,11 @@
 //! Benchmarks: the forward pass (inference) and a full training step (forward, MSE, backward,
 //! Keras Adam) of the Keras-exact layer and the projected port, at any shape and mask
-//! ([`Case`]), with each row's arithmetic floor from the cores' measured FMA peak ([`peak`]).
+//! ([`Case`]), with each row's arithmetic floor from the cores' measured FMA peak ([`peak`]), and
+//! the scaling figure ([`plot`]).
 
 pub mod case;
 pub mod peak;
+pub mod plot;
 
 use std::time::{Duration, Instant};
 

@@ -1,76 +1,32 @@
 //! The study's `report.md`: the ladder with its floors, a verdict per condition with its 95%
 //! interval, the learning-rate picture per rung, the positive control, the study's power, and the
-//! cross-backend agreement. Every sentence is computed from the runs.
+//! cross-backend agreement. Every sentence is computed from the runs. [`write_report`] writes it
+//! with `results.json` and the figures.
 
 use std::fmt::Write;
+use std::path::{Path, PathBuf};
 
+use anyhow::{Context, Result};
 use model::Backend;
+use model::weights::write_atomic;
 
-use crate::study::{
-    BLOW_UP, Condition, Difference, RunResult, StudyResults, Variant, cross_backend_max_diff, mean_std, smooth,
-};
+use super::analysis::{Cell, conditions, cross_backend_max_diff, pair_difference, primary_backend};
+use super::design::{Condition, Variant};
+use super::plot;
+use super::runner::{BLOW_UP, StudyResults};
+use super::stats::{Difference, mean_std, steps_to};
 
-/// First step (1-based) at which the smoothed train loss is below `threshold`.
-pub fn steps_to(losses: &[f64], threshold: f64, window: usize) -> Option<usize> {
-    smooth(losses, window).iter().position(|&l| l < threshold).map(|i| i + 1)
-}
-
-/// The area under the smoothed training curve, per step: lower is faster and better.
-pub fn curve_area(losses: &[f64], window: usize) -> f64 {
-    let curve = smooth(losses, window);
-    curve.iter().sum::<f64>() / curve.len().max(1) as f64
-}
-
-/// The backend whose runs the verdicts are computed on: flex when it ran everything.
-pub fn primary_backend(results: &StudyResults) -> Backend {
-    let backends = results.backends();
-    if backends.contains(&Backend::Flex) { Backend::Flex } else { backends[0] }
-}
-
-/// One variant at one condition: its finished (not diverged) runs and how many diverged.
-pub struct Cell<'a> {
-    pub finished: Vec<&'a RunResult>,
-    pub diverged: usize,
-    /// Seeds that [blew up](RunResult::blew_up), diverged ones included.
-    pub blew_up: usize,
-}
-
-impl<'a> Cell<'a> {
-    pub fn of(results: &'a StudyResults, condition: &Condition, variant: Variant, backend: Backend) -> Self {
-        let runs = results.cell(condition, variant, backend);
-        let diverged = runs.iter().filter(|r| r.diverged()).count();
-        let blew_up = runs.iter().filter(|r| r.blew_up()).count();
-        Self { finished: runs.into_iter().filter(|r| !r.diverged()).collect(), diverged, blew_up }
-    }
-
-    pub fn seeds(&self) -> usize {
-        self.finished.len() + self.diverged
-    }
-
-    pub fn test_losses(&self) -> Vec<f64> {
-        self.finished.iter().map(|r| r.summary.test_loss).collect()
-    }
-
-    pub fn areas(&self, window: usize) -> Vec<f64> {
-        self.finished.iter().map(|r| curve_area(&r.losses, window)).collect()
-    }
-
-    /// Mean test loss, `None` when every seed diverged.
-    pub fn mean_test(&self) -> Option<f64> {
-        (!self.finished.is_empty()).then(|| mean_std(&self.test_losses()).0)
-    }
-
-    /// Every seed finished and beat the per-position floor: the model trains here.
-    pub fn trains(&self, per_position_floor: f64) -> bool {
-        self.diverged == 0 && !self.finished.is_empty() && self.test_losses().iter().all(|&l| l < per_position_floor)
-    }
-}
-
-/// The compared pair's difference in test loss (keras - projected) at a condition.
-pub fn pair_difference(results: &StudyResults, condition: &Condition, backend: Backend) -> Option<Difference> {
-    let keras = Cell::of(results, condition, Variant::Keras, backend);
-    let projected = Cell::of(results, condition, Variant::Projected, backend);
-    Difference::welch(&keras.test_losses(), &projected.test_losses())
+/// Writes `reports/<name>/`: `report.md`, `results.json`, the loss curves per rung and the two
+/// heat maps (SVG and PNG).
+pub fn write_report(results: &StudyResults, dir: &Path, command: &str) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    write_atomic(&dir.join("results.json"), serde_json::to_string_pretty(results)?.as_bytes())?;
+    plot::loss_curves(results, &dir.join("loss_curves.svg"), &dir.join("loss_curves.png"))?;
+    plot::heat_maps(results, dir)?;
+    let report = markdown(results, command);
+    let path = dir.join("report.md");
+    write_atomic(&path, report.as_bytes())?;
+    Ok(path)
 }
 
 fn pm(values: &[f64]) -> String {
@@ -429,16 +385,4 @@ fn lr_sweep<'a>(results: &'a StudyResults, rung: &str, variant: Variant, backend
             (learning_rate, Cell::of(results, &condition, variant, backend))
         })
         .collect()
-}
-
-/// Every condition with runs on the primary backend, in the study's order.
-pub fn conditions(results: &StudyResults) -> Vec<Condition> {
-    let backend = primary_backend(results);
-    let mut conditions: Vec<Condition> = Vec::new();
-    for run in results.runs.iter().filter(|r| r.backend == backend && r.variant == Variant::Keras) {
-        if !conditions.contains(&run.condition) {
-            conditions.push(run.condition.clone());
-        }
-    }
-    conditions
 }
