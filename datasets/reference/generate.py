@@ -141,8 +141,9 @@ class Torch:
     key_padding_lengths: Optional[tuple] = None
     causal_attn_mask: bool = False
     masked_query_rows: tuple = ()
-    # torch's is_causal hint (with need_weights=False and no key_padding_mask torch replaces
-    # attn_mask by the causal mask; otherwise it uses attn_mask as given).
+    # torch's is_causal hint (with need_weights=False and no key_padding_mask torch drops attn_mask
+    # and SDPA applies its top-left causal rule to the keys after add_bias_kv / add_zero_attn
+    # appended theirs; otherwise it uses attn_mask as given).
     is_causal: bool = False
     add_zero_attn: bool = False
     add_bias_kv: bool = False
@@ -215,6 +216,11 @@ CASES = {
     "torch_plain_e24_h6": Torch("nn.MultiheadAttention(24, 6, batch_first=True) self-attention (query, key, value identical)", self_attention=True),
     "torch_is_causal_hint": Torch("EXTRA: is_causal=True with an attn_mask that is NOT causal (rows 1 and 3 masked): need_weights=True uses the mask as given (outputs.output), need_weights=False replaces it by the causal mask (outputs.output_need_weights_false), as torch does; cross-attention T=6 < S=9", embed_dim=8, num_heads=2, query_len=6, source_len=9, masked_query_rows=(1, 3), is_causal=True),
     "torch_is_causal_hint_padding": Torch("EXTRA: is_causal=True with a causal attn_mask and a key_padding_mask (9, 4): torch ignores the hint and uses both masks", embed_dim=8, num_heads=4, query_len=9, self_attention=True, causal_attn_mask=True, key_padding_lengths=(9, 4), is_causal=True),
+    "torch_is_causal_hint_bias_kv_t9_s5": Torch("EXTRA: is_causal=True with add_bias_kv, a causal attn_mask and T=9 > S=5: need_weights=True uses the mask as given with an allowed column for bias_k (outputs.output); need_weights=False hands SDPA is_causal=True on the S+1 keys, top-left (row t sees key s iff s <= t), so bias_k is seen from row 5 on (outputs.output_need_weights_false)", embed_dim=8, num_heads=2, query_len=9, source_len=5, causal_attn_mask=True, is_causal=True, add_bias_kv=True),
+    "torch_is_causal_hint_bias_kv_t4_s7": Torch("EXTRA: is_causal=True with add_bias_kv and T=4 < S=7: with need_weights=False SDPA's top-left causal rule over the S+1 keys hides bias_k from every row; need_weights=True uses the causal attn_mask padded with an allowed column", embed_dim=8, num_heads=2, query_len=4, source_len=7, causal_attn_mask=True, is_causal=True, add_bias_kv=True),
+    "torch_is_causal_hint_zero_attn_t8_s3": Torch("EXTRA: is_causal=True with add_zero_attn and T=8 > S=3 (kdim=5, vdim=6): with need_weights=False the zero key is seen from row 3 on (SDPA's top-left causal rule over S+1 keys); need_weights=True pads the causal attn_mask with an allowed column", embed_dim=8, num_heads=2, query_len=8, source_len=3, kdim=5, vdim=6, causal_attn_mask=True, is_causal=True, add_zero_attn=True),
+    "torch_is_causal_hint_bias_kv_zero_attn_t6": Torch("EXTRA: is_causal=True with add_bias_kv and add_zero_attn, self-attention T=S=6: with need_weights=False SDPA's causal rule over the S+2 keys hides both appended keys from every row; need_weights=True pads the causal attn_mask with two allowed columns", embed_dim=6, num_heads=3, query_len=6, self_attention=True, causal_attn_mask=True, is_causal=True, add_bias_kv=True, add_zero_attn=True),
+    "torch_is_causal_hint_zero_attn_padding": Torch("EXTRA: is_causal=True with add_zero_attn, a causal attn_mask and a key_padding_mask (4, 2), T=7 > S=4: torch ignores the hint and pads both masks with an allowed column, with need_weights=False too", embed_dim=8, num_heads=2, query_len=7, source_len=4, causal_attn_mask=True, key_padding_lengths=(4, 2), is_causal=True, add_zero_attn=True),
     "torch_add_zero_attn": Torch("EXTRA: add_zero_attn=True (a zero key and value appended after the projections; the weights have S+1 columns), key padding (7, 3) and a fully masked query row (2), cross-attention with kdim=5, vdim=6", embed_dim=8, num_heads=2, query_len=5, source_len=7, kdim=5, vdim=6, key_padding_lengths=(7, 3), masked_query_rows=(2,), add_zero_attn=True),
     "torch_add_bias_kv": Torch("EXTRA: add_bias_kv=True (learned rows bias_k, bias_v appended to the projected keys and values), a causal attn_mask and key padding (10, 4), self-attention", embed_dim=8, num_heads=2, self_attention=True, causal_attn_mask=True, key_padding_lengths=(10, 4), add_bias_kv=True),
     "torch_add_bias_kv_zero_attn": Torch("EXTRA: add_bias_kv and add_zero_attn together (the bias row first, then the zero row), cross-attention kdim=5, vdim=3, no bias in the projections", embed_dim=6, num_heads=3, query_len=4, source_len=6, kdim=5, vdim=3, bias=False, add_bias_kv=True, add_zero_attn=True),

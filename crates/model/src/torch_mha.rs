@@ -248,6 +248,14 @@ fn zero_attn_columns(
     (key_padding_mask, attn_mask)
 }
 
+/// SDPA's `is_causal` rule as a `[1, T, S]` mask, true = blocked: top-left aligned, so query
+/// row `t` sees key column `s` iff `s <= t`, whatever `T` and `S` are.
+fn causal_mask(query_len: usize, source_len: usize, device: &Device) -> AttnMask {
+    let blocked: Vec<bool> = (0..query_len).flat_map(|t| (0..source_len).map(move |s| s > t)).collect();
+    let mask = Tensor::<2, Bool>::from_data(burn::tensor::TensorData::new(blocked, [query_len, source_len]), device); // [T, S]
+    AttnMask::bool_2d(mask) // [1, T, S]
+}
+
 /// The arguments of one call, named as torch names them.
 #[derive(Debug, Clone)]
 pub struct TorchMhaInput {
@@ -268,7 +276,8 @@ pub struct TorchMhaInput {
     pub training: bool,
     /// torch's `is_causal` hint that `attn_mask` is the causal mask. As torch applies it: it needs
     /// an `attn_mask`; without a `key_padding_mask` and with `need_weights=False` the mask is
-    /// replaced by the causal rule (top-left, `s > t` blocked), otherwise the mask is used as given.
+    /// replaced by SDPA's causal rule (top-left, `s > t` blocked) over the keys as SDPA gets them,
+    /// after `add_bias_kv` and `add_zero_attn` appended theirs; otherwise the mask is used as given.
     pub is_causal: bool,
 }
 
@@ -292,8 +301,12 @@ impl TorchMhaInput {
         self
     }
 
-    /// Applies the `is_causal` hint as torch's `multi_head_attention_forward` does.
-    fn with_causal_hint(mut self, batch_first: bool) -> Result<Self> {
+    /// Applies the `is_causal` hint as torch's `multi_head_attention_forward` does. Where torch
+    /// hands the hint to SDPA (no `key_padding_mask`, `need_weights=False`) it drops `attn_mask`
+    /// and keeps `is_causal` set: the causal rule is built in the forward pass over the keys as
+    /// they are after `add_bias_kv` / `add_zero_attn` ([`causal_mask`]), as SDPA sees them.
+    /// Elsewhere the hint is cleared and `attn_mask` is used (and padded) as given.
+    fn with_causal_hint(mut self) -> Result<Self> {
         if !self.is_causal {
             return Ok(self);
         }
@@ -304,17 +317,10 @@ impl TorchMhaInput {
                 "needs attn_mask (torch: \"Need attn_mask if specifying the is_causal hint\")",
             ));
         }
-        if self.key_padding_mask.is_none() && !self.need_weights {
-            let length_axis = if batch_first { 1 } else { 0 };
-            let (query_len, source_len) = (self.query.dims()[length_axis], self.key.dims()[length_axis]);
-            let blocked: Vec<bool> = (0..query_len).flat_map(|t| (0..source_len).map(move |s| s > t)).collect();
-            let causal = Tensor::<2, Bool>::from_data(
-                burn::tensor::TensorData::new(blocked, [query_len, source_len]),
-                &self.query.device(),
-            );
-            self.attn_mask = Some(AttnMask::bool_2d(causal));
+        match self.key_padding_mask.is_none() && !self.need_weights {
+            true => self.attn_mask = None,
+            false => self.is_causal = false,
         }
-        self.is_causal = false;
         Ok(self)
     }
 
@@ -389,7 +395,7 @@ impl TorchMha {
     /// gives fully blocked rows zero attention); everything else the decomposed path of
     /// [`TorchMha::forward_exact`].
     pub fn forward(&self, input: TorchMhaInput) -> Result<TorchMhaOutput> {
-        let input = input.with_causal_hint(self.batch_first)?;
+        let input = input.with_causal_hint()?;
         let dropout_active = input.training && self.dropout > 0.0;
         let boolean_masks = !matches!(input.attn_mask, Some(AttnMask::Additive(_)));
         let call = CallTraits {
@@ -404,7 +410,7 @@ impl TorchMha {
 
     /// The decomposed reference path, for any call.
     pub fn forward_exact(&self, input: TorchMhaInput) -> Result<TorchMhaOutput> {
-        self.forward_path(input.with_causal_hint(self.batch_first)?, AttentionPath::Exact)
+        self.forward_path(input.with_causal_hint()?, AttentionPath::Exact)
     }
 
     fn forward_path(&self, input: TorchMhaInput, path: AttentionPath) -> Result<TorchMhaOutput> {
@@ -435,6 +441,10 @@ impl TorchMha {
             }
             false => (k, v, source_len),
         };
+        if input.is_causal {
+            // The hint replaced attn_mask: SDPA's rule over all S' keys, appended ones included.
+            attn_mask = Some(causal_mask(query_len, source_len, &q.device()));
+        }
         // torch scales q by sqrt(1 / head_dim) before the product.
         let scale = (1.0 / (e / h) as f64).sqrt() as f32;
         let shape = [batch, h, query_len, source_len];
