@@ -38,6 +38,29 @@ fn verify_fails_naming_an_unreadable_file() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("broken.safetensors"));
 }
 
+/// A projected probe whose `final.weight` is a scalar (a hand-made or damaged file): an error
+/// naming the file and the tensor, not a panic on its shape.
+#[test]
+fn verify_names_the_file_and_tensor_of_a_scalar_head_weight() {
+    use model::{HostTensor, TensorFile};
+    let dir = scratch("scalar-head");
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/reference/projected_in6_e16_h4.safetensors");
+    let mut file = TensorFile::read(std::path::Path::new(source)).unwrap();
+    file.tensors.insert("final.weight", HostTensor::new(vec![], vec![0.5]));
+    let probe = dir.join("scalar_head.projected.safetensors");
+    file.write(&probe).unwrap();
+    let out = xtask(&["verify", probe.to_str().unwrap(), "--backend", "flex"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("scalar_head.projected.safetensors")
+            && stderr.contains("final.weight")
+            && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn bad_config_is_a_one_line_error_not_a_panic() {
     let dir = scratch("badconfig");

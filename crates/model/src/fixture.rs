@@ -118,6 +118,21 @@ impl Fixture {
     pub fn weights(&self) -> WeightMap {
         model_weights(&self.tensors)
     }
+
+    /// The output width of a projected model's head, `name` (`final.weight [out, E]`) in
+    /// `weights`; `None` without a head. A head weight that is not a matrix (a scalar, say, in a
+    /// damaged or hand-made file) is an error naming this file and the tensor.
+    pub fn head_width(&self, weights: &WeightMap, name: &str) -> Result<Option<usize>> {
+        let Ok(weight) = weights.get(name) else { return Ok(None) };
+        match weight.shape[..] {
+            [out, _] => Ok(Some(out)),
+            _ => Err(self.error(ModelError::TensorRank {
+                name: name.to_string(),
+                expected: 2,
+                found: weight.shape.clone(),
+            })),
+        }
+    }
 }
 
 /// The tensors of a fixture-format file that are model weights: all but `inputs.*`, `outputs.*`
@@ -444,7 +459,7 @@ fn torch_attn_mask(mask: &HostTensor, device: &Device) -> Result<AttnMask> {
 /// The projected model's config: sizes from the fixture config and the weights (a `final.*` head
 /// when present).
 fn projected_config(fixture: &Fixture, weights: &WeightMap) -> Result<ProjectedConfig> {
-    let output_dim = weights.get("final.weight").ok().map(|w| w.shape[0]);
+    let output_dim = fixture.head_width(weights, "final.weight")?;
     let bias = fixture.config.get("bias").and_then(Value::as_bool).unwrap_or(weights.contains("in_proj_bias"));
     Ok(ProjectedConfig::new(fixture.usize("in_features")?, fixture.usize("embed_dim")?, fixture.usize("num_heads")?)
         .with_output_dim(output_dim)

@@ -62,7 +62,7 @@ impl Trajectory {
                         .with_context(|| format!("config.model.{name} is missing"))
                 };
                 let config = ProjectedConfig::new(count("in_features")?, count("embed_dim")?, count("num_heads")?)
-                    .with_output_dim(init.get("final.weight").ok().map(|w| w.shape[0]))
+                    .with_output_dim(fixture.head_width(&fixture.tensors, "init.final.weight")?)
                     .with_bias(model.get("bias").and_then(Value::as_bool).unwrap_or(true))
                     .with_dropout(number("dropout"));
                 ModelSpec::Projected(config)
