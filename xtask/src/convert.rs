@@ -34,8 +34,8 @@ pub struct Args {
     /// Heads of a PyTorch nn.MultiheadAttention (not stored in its state dict).
     #[arg(long)]
     num_heads: Option<usize>,
-    /// Output file (default: beside the input, <stem>.<layer>.<target>.safetensors or .bpk); for
-    /// keras, the stem of its three files.
+    /// Output file (default: beside the input, <stem>.<layer>.<target>.safetensors or .bpk); a name
+    /// without an extension gets the target's (.safetensors, .bpk); for keras, the stem of its three files.
     #[arg(long)]
     out: Option<PathBuf>,
 }

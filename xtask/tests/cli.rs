@@ -231,6 +231,42 @@ fn convert_writes_every_exact_target_and_refuses_the_rest() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// `--out NAME` without an extension: the file gets the target's extension, and the module
+/// written beside a torch export loads that file.
+#[test]
+fn convert_out_without_an_extension_gets_the_targets() {
+    let files = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/model-files");
+    let dir = scratch("out-extension");
+    for (file, layer, target, written, checked) in [
+        ("functional.keras", "attn_values", "projected", "mha0.safetensors", "mha0.safetensors"),
+        ("nested.keras", "multi_head_attention", "torch", "mha0.safetensors", "mha0.safetensors"),
+        ("functional.keras", "attn_values", "burn", "mha0.bpk", "mha0.bpk.probe.safetensors"),
+    ] {
+        let run = xtask(&[
+            "convert",
+            &format!("{files}/{file}"),
+            "--to",
+            target,
+            "--layer",
+            layer,
+            "--out",
+            dir.join("mha0").to_str().unwrap(),
+        ]);
+        assert!(run.status.success(), "{target}: {}", String::from_utf8_lossy(&run.stderr));
+        assert!(!dir.join("mha0").exists(), "{target}: wrote a file without an extension");
+        assert!(stdout(&run).contains(&format!("wrote {}", dir.join(written).display())), "{target}: {}", stdout(&run));
+        let verified = xtask(&["verify", dir.join(checked).to_str().unwrap(), "--backend", "flex"]);
+        assert!(verified.status.success(), "{target}: {}", stdout(&verified));
+        if target != "burn" {
+            let module = std::fs::read_to_string(dir.join("mha0.py")).unwrap();
+            assert!(module.contains("\"mha0.safetensors\")"), "{target}: the module does not load mha0.safetensors");
+        }
+        std::fs::remove_dir_all(&dir).ok();
+        std::fs::create_dir_all(&dir).unwrap();
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn convert_lists_the_layers_and_asks_which_one() {
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/model-files/functional.keras");

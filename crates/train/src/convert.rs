@@ -149,7 +149,10 @@ pub fn convert(
     let projected =
         (target == Target::Projected).then(|| keras_to_projected(&chosen.config, &chosen.weights)).transpose()?;
     let torch = (target == Target::Torch).then(|| keras_to_torch(&chosen.config, &chosen.weights)).transpose()?;
-    let out = out.unwrap_or_else(|| default_output(input, &chosen.name, target));
+    let out = match out {
+        Some(out) => with_target_extension(out, target),
+        None => default_output(input, &chosen.name, target),
+    };
 
     // [B, T, D] probes, or of the smallest rank the layer's attention axes fit.
     let probe_shape = |axis_len: fn(usize) -> usize, width: usize| {
@@ -459,6 +462,18 @@ fn default_output(input: &Path, layer: &str, target: Target) -> PathBuf {
         .iter()
         .fold(name.as_str(), |stem, suffix| stem.trim_end_matches(suffix));
     input.with_file_name(format!("{stem}.{layer}.{}", target.file_suffix()))
+}
+
+/// `--out` as given, or with the target's extension when it has none (`mha0` ->
+/// `mha0.safetensors`, `mha0.bpk`): the written file says what it is, and the module written
+/// beside a torch export names that file. A Keras export is named from the stem whatever
+/// `--out` ends in ([`keras_files`]).
+fn with_target_extension(out: PathBuf, target: Target) -> PathBuf {
+    match (target, out.extension()) {
+        (Target::Keras, _) | (_, Some(_)) => out,
+        (Target::Burn, None) => out.with_extension("bpk"),
+        (Target::Projected | Target::Torch, None) => out.with_extension("safetensors"),
+    }
 }
 
 /// `<out>.py` beside a torch export: the module that holds its weights ([`python_source`]).
