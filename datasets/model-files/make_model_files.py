@@ -25,6 +25,12 @@ Writes, next to this script:
 * `dense_only.keras`: a model without attention layers (a bad input for `convert`);
 * `axes.keras`: attention over two axes of an image-like input (`attention_axes=(1, 2)` on
   `[B, 3, 4, 6]`), with `axes.probe.safetensors` (`axes.query [2, 3, 4, 6]`, `axes.output`);
+* `mixed.keras` and `torch_mixed.pt`: files in which one layer cannot be converted beside layers
+  that can, for `convert`'s listing and choosing: `mixed.keras` holds `attn_ok` and `attn_2d_out`
+  (`output_shape=(2, 3)`, a multi-axis output this project refuses), with `mixed.probe.safetensors`;
+  `torch_mixed.pt` holds `nn.MultiheadAttention(12, 3)` under `wide.`, `nn.MultiheadAttention(10, 2)`
+  under `narrow.` (no one `--num-heads` fits both) and `nn.MultiheadAttention(8, 2, add_bias_kv=True)`
+  under `biased.` (no Keras counterpart);
 * `<file stem>.probe.safetensors`: for each attention layer, a probe `query`, `value` and `key`
   and the real layer's output on them (`<layer>.query`, `<layer>.value`, `<layer>.key`,
   `<layer>.output`), so the tests check our reading without Python.
@@ -99,6 +105,41 @@ def axes():
     inputs = keras.Input((3, 4, 6))
     outputs = layers.MultiHeadAttention(num_heads=2, key_dim=3, attention_axes=(1, 2), name="axes")(inputs, inputs)
     return keras.Model(inputs, outputs, name="image_attention")
+
+
+def mixed():
+    inputs = keras.Input((SEQ, FEATURES))
+    a = layers.MultiHeadAttention(num_heads=2, key_dim=4, name="attn_ok")(inputs, inputs)
+    b = layers.MultiHeadAttention(num_heads=2, key_dim=3, output_shape=(2, 3), name="attn_2d_out")(a, a)
+    return keras.Model(inputs, [a, b], name="mixed")
+
+
+class Mixed(torch.nn.Module):
+    """Three attention layers that no one reading fits: two head counts, and add_bias_kv."""
+
+    def __init__(self):
+        super().__init__()
+        self.wide = torch.nn.MultiheadAttention(12, 3, batch_first=True)
+        self.narrow = torch.nn.MultiheadAttention(10, 2, batch_first=True)
+        self.biased = torch.nn.MultiheadAttention(8, 2, add_bias_kv=True, batch_first=True)
+
+
+def mixed_files():
+    """`mixed.keras`, its probe and `torch_mixed.pt`, from their own generator (the files above do not move)."""
+    keras.utils.set_random_seed(13)
+    rng = np.random.default_rng(13)
+    model = mixed()
+    randomise(model, rng)
+    model.save(os.path.join(HERE, "mixed.keras"))
+    save_file(probes(model, rng), os.path.join(HERE, "mixed.probe.safetensors"),
+              metadata={"keras": keras.__version__, "layers": json.dumps([l.name for l in attention_layers(model)])})
+    torch.manual_seed(13)
+    net = Mixed()
+    with torch.no_grad():
+        for p in net.parameters():
+            p.copy_(torch.from_numpy(rng.normal(scale=0.5, size=tuple(p.shape)).astype(np.float32)))
+    torch.save(net.state_dict(), os.path.join(HERE, "torch_mixed.pt"))
+    print("wrote mixed.keras (attn_ok, attn_2d_out) and torch_mixed.pt (wide., narrow., biased.)")
 
 
 def attention_layers(model):
@@ -230,6 +271,7 @@ def main():
     save_file({"axes.query": query, "axes.output": output}, os.path.join(HERE, "axes.probe.safetensors"),
               metadata={"keras": keras.__version__, "layers": json.dumps(["axes"])})
     print("wrote axes.keras (attention_axes=(1, 2))")
+    mixed_files()
 
 
 if __name__ == "__main__":

@@ -10,16 +10,17 @@ use train::convert::{Target, convert, list_layers};
 pub const LONG_ABOUT: &str = "\
 Convert one attention layer of a model file, read in pure Rust: a Keras 3 MultiHeadAttention
 (.keras archive or .weights.h5) or a PyTorch nn.MultiheadAttention (.pt / .pth state dict or
-checkpoint, read without executing pickled code; --num-heads is required, a state dict does not
-store it), to: keras (a .keras archive that keras.saving.load_model opens, its .weights.h5 for
-Model.load_weights, and safetensors in Keras' names), projected (torch state dict of
-Linear + nn.MultiheadAttention + Linear, always exact), torch (a bare nn.MultiheadAttention, where
-Keras' sizes allow one) or burn (burnpack). A conversion that cannot be exact is refused with the
-reason. Each written file holds a probe batch and the source layer's output on it: check it with
-`cargo xtask verify FILE` and `python3 xtask/python/check_export.py FILE`. Prints the layer, its
-arguments, the parameter counts before and after and the largest difference between the source
-and the converted layer on the probe (the written file read back and run in Burn). Without
---to, lists the file's attention layers.";
+checkpoint, read without executing pickled code; --num-heads gives the chosen layer's head count,
+which a state dict does not store), to: keras (a .keras archive that keras.saving.load_model
+opens, its .weights.h5 for Model.load_weights, and safetensors in Keras' names), projected (torch
+state dict of Linear + nn.MultiheadAttention + Linear, always exact), torch (a bare
+nn.MultiheadAttention, where Keras' sizes allow one) or burn (burnpack). A conversion that cannot
+be exact is refused with the reason. Each written file holds a probe batch and the source layer's
+output on it: check it with `cargo xtask verify FILE` and `python3 xtask/python/check_export.py
+FILE`. Prints the layer, its arguments, the parameter counts before and after and the largest
+difference between the source and the converted layer on the probe (the written file read back and
+run in Burn). Without --to, lists the file's attention layers, each that cannot be converted with
+the reason; one such layer does not stop the others from converting.";
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -31,7 +32,7 @@ pub struct Args {
     /// The layer's name, HDF5 path or state-dict prefix (e.g. `attn.`), when the file holds several.
     #[arg(long, visible_alias = "prefix")]
     layer: Option<String>,
-    /// Heads of a PyTorch nn.MultiheadAttention (not stored in its state dict).
+    /// Heads of the chosen PyTorch nn.MultiheadAttention (not stored in its state dict).
     #[arg(long)]
     num_heads: Option<usize>,
     /// Output file (default: beside the input, <stem>.<layer>.<target>.safetensors or .bpk); a name

@@ -283,6 +283,58 @@ fn convert_lists_the_layers_and_asks_which_one() {
     assert!(!ambiguous.status.success() && errors.contains("2 attention layers; choose one with --layer"), "{errors}");
 }
 
+/// One layer that cannot be read or converted does not make the file unusable: `convert FILE`
+/// lists every layer (the others' reasons beside them), the chosen one converts, and
+/// `--num-heads` is the chosen layer's only.
+#[test]
+fn convert_lists_every_layer_and_converts_the_chosen_one() {
+    let files = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/model-files");
+    let (keras, torch) = (format!("{files}/mixed.keras"), format!("{files}/torch_mixed.pt"));
+    let listed = |args: &[&str]| {
+        let run = xtask(args);
+        assert!(run.status.success(), "{args:?}: {}", String::from_utf8_lossy(&run.stderr));
+        stdout(&run)
+    };
+    let text = listed(&["convert", &keras]);
+    assert!(text.contains("  attn_ok (layers/multi_head_attention): num_heads=2, key_dim=4"), "{text}");
+    assert!(
+        text.contains("  attn_2d_out (layers/multi_head_attention_1): cannot be converted: output_shape: ")
+            && text.contains("multi-axis outputs are not supported"),
+        "{text}"
+    );
+    // No head count: every layer listed, with its width; the one no count can convert, with why.
+    let text = listed(&["convert", &torch]);
+    for line in ["  wide (wide.): embed_dim=12;", "  narrow (narrow.): embed_dim=10;"] {
+        assert!(text.contains(line) && text.contains("pass --num-heads"), "{line}: {text}");
+    }
+    assert!(text.contains("  biased (biased.): cannot be converted: ") && text.contains("add_bias_kv"), "{text}");
+    let text = listed(&["convert", &torch, "--num-heads", "3"]);
+    assert!(text.contains("  wide (wide.): num_heads=3, key_dim=4"), "{text}");
+    assert!(text.contains("  narrow (narrow.): cannot be converted: ") && text.contains("num_heads = 3"), "{text}");
+
+    let dir = scratch("mixed");
+    for (file, layer, heads, target) in
+        [(&keras, "attn_ok", "1", "keras"), (&torch, "wide", "3", "keras"), (&torch, "narrow", "2", "projected")]
+    {
+        let out = dir.join(format!("{layer}.safetensors"));
+        let args =
+            ["convert", file, "--layer", layer, "--num-heads", heads, "--to", target, "--out", out.to_str().unwrap()];
+        let text = listed(&args);
+        let difference: f64 = text
+            .lines()
+            .find_map(|l| l.split("on the probe: ").nth(1))
+            .and_then(|d| d.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{layer}: no difference line in {text}"));
+        assert!(difference <= 1e-5, "{layer}: difference {difference}");
+    }
+    for (file, layer, why) in [(&keras, "attn_2d_out", "attn_2d_out"), (&torch, "biased", "add_bias_kv")] {
+        let run = xtask(&["convert", file, "--layer", layer, "--num-heads", "2", "--to", "keras"]);
+        let errors = String::from_utf8_lossy(&run.stderr);
+        assert!(!run.status.success() && errors.contains("cannot be converted") && errors.contains(why), "{errors}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn convert_names_the_file_when_it_holds_no_attention_layer() {
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/model-files/dense_only.keras");

@@ -66,8 +66,28 @@ pub struct KerasFileLayer {
     pub weights: WeightMap,
 }
 
-/// Every attention layer of a `.keras` archive or a `.weights.h5` file, in the file's order.
+/// An attention layer found in a Keras file, read on its own: the layer, or why it cannot be read
+/// (an argument this crate refuses, weights that do not match its config), which leaves the
+/// file's other layers usable.
+#[derive(Debug)]
+pub struct KerasFileEntry {
+    /// The layer's own name, as [`KerasFileLayer::name`].
+    pub name: String,
+    /// Where its variables are, as [`KerasFileLayer::path`].
+    pub path: String,
+    /// The layer, or an error naming the file, the layer and why.
+    pub layer: Result<KerasFileLayer>,
+}
+
+/// Every attention layer of a `.keras` archive or a `.weights.h5` file, in the file's order: the
+/// first layer that cannot be read is the error. [`scan_keras_file`] reads each layer on its own.
 pub fn read_keras_file(path: &Path) -> Result<Vec<KerasFileLayer>> {
+    scan_keras_file(path)?.into_iter().map(|entry| entry.layer).collect()
+}
+
+/// Every attention layer of a `.keras` archive or a `.weights.h5` file, in the file's order,
+/// each read on its own (see [`KerasFileEntry`]). A file that cannot be read at all is the error.
+pub fn scan_keras_file(path: &Path) -> Result<Vec<KerasFileEntry>> {
     let bytes = std::fs::read(path).map_err(|e| ModelError::file(path, e))?;
     if bytes.starts_with(b"PK") {
         read_archive(path, bytes)
@@ -83,7 +103,7 @@ pub fn read_keras_file(path: &Path) -> Result<Vec<KerasFileLayer>> {
 }
 
 /// A `.keras` archive: the attention layers its config names, with the variables at their paths.
-fn read_archive(path: &Path, bytes: Vec<u8>) -> Result<Vec<KerasFileLayer>> {
+fn read_archive(path: &Path, bytes: Vec<u8>) -> Result<Vec<KerasFileEntry>> {
     let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
         .map_err(|e| ModelError::file(path, format!("not a readable zip archive: {e}")))?;
     let mut member = |name: &str| -> Result<Vec<u8>> {
@@ -100,7 +120,8 @@ fn read_archive(path: &Path, bytes: Vec<u8>) -> Result<Vec<KerasFileLayer>> {
     let mut layers = Vec::new();
     walk_config(path, &config, "", &weights, &mut layers)?;
     // Attention layers held as attributes of custom layers have no entry in the config's layer
-    // lists; the weights' layout still finds them (the layers found above are not read again).
+    // lists; the weights' layout still finds them (the layers found above, readable or not, are
+    // not read again: a refused argument is not bypassed by reading the sizes alone).
     let known: Vec<String> = layers.iter().map(|l| l.path.clone()).collect();
     find_by_layout(path, &weights, "", 0, &known, &mut 0, &mut layers)?;
     Ok(layers)
@@ -113,7 +134,7 @@ fn walk_config(
     model: &Value,
     prefix: &str,
     h5: &hdf5_pure::File,
-    out: &mut Vec<KerasFileLayer>,
+    out: &mut Vec<KerasFileEntry>,
 ) -> Result<()> {
     let Some(entries) = model.pointer("/config/layers").and_then(Value::as_array) else {
         return Ok(());
@@ -125,9 +146,11 @@ fn walk_config(
         if class == "MultiHeadAttention" {
             let arguments = entry.get("config").cloned().unwrap_or(Value::Null);
             let name = arguments.get("name").and_then(Value::as_str).unwrap_or(&path).to_string();
-            let weights = read_attention_weights(file, h5, &path, &name)?;
-            let config = config_from_arguments(file, &name, &arguments, &weights)?;
-            out.push(KerasFileLayer { name, path, config, weights });
+            let layer = read_attention_weights(file, h5, &path, &name).and_then(|weights| {
+                let config = config_from_arguments(file, &name, &arguments, &weights)?;
+                Ok(KerasFileLayer { name: name.clone(), path: path.clone(), config, weights })
+            });
+            out.push(KerasFileEntry { name, path, layer });
         } else if entry.pointer("/config/layers").is_some() {
             walk_config(file, entry, &path, h5, out)?;
         }
@@ -149,7 +172,7 @@ fn find_by_layout(
     depth: usize,
     known: &[String],
     visited: &mut usize,
-    out: &mut Vec<KerasFileLayer>,
+    out: &mut Vec<KerasFileEntry>,
 ) -> Result<()> {
     *visited += 1;
     if depth > MAX_GROUP_DEPTH || *visited > MAX_GROUPS {
@@ -171,10 +194,13 @@ fn find_by_layout(
     let children = group.groups().map_err(|e| ModelError::file(file, format!("{prefix}: {e}")))?;
     if SUBLAYERS.iter().all(|(sublayer, _)| children.iter().any(|c| c == sublayer)) {
         let name = layer_name(h5, prefix).unwrap_or_else(|| prefix.to_string());
-        let weights = read_attention_weights(file, h5, prefix, &name)?;
-        let config = KerasMhaConfig::from_weights(&weights)
-            .map_err(|e| ModelError::file(file, format!("layer {name} ({prefix}): {e}")))?;
-        out.push(KerasFileLayer { name, path: prefix.to_string(), config, weights });
+        let path = prefix.to_string();
+        let layer = read_attention_weights(file, h5, prefix, &name).and_then(|weights| {
+            let config = KerasMhaConfig::from_weights(&weights)
+                .map_err(|e| ModelError::file(file, format!("layer {name} ({prefix}): {e}")))?;
+            Ok(KerasFileLayer { name: name.clone(), path: path.clone(), config, weights })
+        });
+        out.push(KerasFileEntry { name, path, layer });
         return Ok(());
     }
     for child in children {
@@ -231,6 +257,10 @@ fn read_attention_weights(file: &Path, h5: &hdf5_pure::File, path: &str, name: &
 /// naming the layer.
 fn config_from_arguments(file: &Path, name: &str, arguments: &Value, weights: &WeightMap) -> Result<KerasMhaConfig> {
     let bad = |argument: &str, why: String| ModelError::file(file, format!("layer {name}: {argument}: {why}"));
+    // A refused output_shape is the reason, not the output kernel's shape that follows from it.
+    if let Some(value) = arguments.get("output_shape") {
+        output_width(value).map_err(|why| bad("output_shape", why))?;
+    }
     let sizes =
         KerasMhaConfig::from_weights(weights).map_err(|e| ModelError::file(file, format!("layer {name}: {e}")))?;
     let Some(arguments) = arguments.as_object() else {

@@ -11,7 +11,7 @@
 //! projected model (`Linear + nn.MultiheadAttention + Linear`, the module `cargo xtask convert`
 //! writes for PyTorch users), and is read as that whole model.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use pytorch_reader::{DType, PytorchReader};
 
@@ -67,10 +67,57 @@ impl TorchFileLayer {
     }
 }
 
-/// Every `nn.MultiheadAttention` of a checkpoint, by prefix; a checkpoint dict whose state dict
-/// sits under a key (`model_state_dict`, `state_dict`, ...) has that key in the prefix
-/// (`model_state_dict.attn.`). `num_heads` is the layers' head count.
-pub fn read_torch_file(path: &Path, num_heads: usize) -> Result<Vec<TorchFileLayer>> {
+/// One `nn.MultiheadAttention` (or projected model) found in a checkpoint, before its head count
+/// is known: a state dict does not store it, and each layer of a file may have its own. A layer
+/// whose tensors cannot be read keeps the reason here and leaves the file's other layers usable.
+#[derive(Debug)]
+pub struct TorchFileEntry {
+    /// The state-dict prefix, as [`TorchFileLayer::prefix`].
+    pub prefix: String,
+    /// Whether it is the projected model around an attention layer (at `<prefix>mha.`).
+    pub projected: bool,
+    /// Its tensors, as [`TorchFileLayer::weights`], or why they cannot be read.
+    weights: std::result::Result<WeightMap, String>,
+    /// The prefix of the attention layer itself, for messages.
+    attention_prefix: String,
+    file: PathBuf,
+}
+
+impl TorchFileEntry {
+    /// The layer read with `num_heads` heads, or why it cannot be (a head count that does not
+    /// divide its width, a tensor that cannot be read), as an error naming the file and prefix.
+    pub fn layer(&self, num_heads: usize) -> Result<TorchFileLayer> {
+        let fail = |e: &dyn std::fmt::Display| {
+            ModelError::file(&self.file, format!("nn.MultiheadAttention at {:?}: {e}", self.attention_prefix))
+        };
+        let weights = self.weights.as_ref().map_err(|e| fail(e))?.clone();
+        let config = config_from_weights(&weights, num_heads).map_err(|e| fail(&e))?;
+        if !self.projected {
+            return Ok(TorchFileLayer {
+                prefix: self.prefix.clone(),
+                model: TorchFileModel::Attention(config),
+                weights,
+            });
+        }
+        let proj = weights.get("proj.weight").map_err(|e| fail(&e))?; // [E, in]
+        let in_features = axis(proj, "proj.weight", 1).map_err(|e| fail(&e))?;
+        let mut projected = ProjectedConfig::new(in_features, config.embed_dim, num_heads).with_bias(config.bias);
+        projected.output_dim =
+            weights.get("final.weight").ok().map(|w| axis(w, "final.weight", 0)).transpose().map_err(|e| fail(&e))?;
+        Ok(TorchFileLayer { prefix: self.prefix.clone(), model: TorchFileModel::Projected(projected), weights })
+    }
+
+    /// The embedding width `E` (`out_proj.weight [E, E]`), which the head count must divide.
+    pub fn embed_dim(&self) -> Result<usize> {
+        let weights = self.weights.as_ref().map_err(|e| ModelError::file(&self.file, e))?;
+        axis(weights.get("out_proj.weight")?, "out_proj.weight", 0)
+    }
+}
+
+/// Every `nn.MultiheadAttention` of a checkpoint, by prefix, each read on its own (see
+/// [`TorchFileEntry`]); a checkpoint dict whose state dict sits under a key
+/// (`model_state_dict`, `state_dict`, ...) has that key in the prefix (`model_state_dict.attn.`).
+pub fn scan_torch_file(path: &Path) -> Result<Vec<TorchFileEntry>> {
     let reader = PytorchReader::new(path)
         .map_err(|e| ModelError::file(path, format!("not a readable PyTorch checkpoint: {e}")))?;
     let mut names: Vec<String> = reader.keys();
@@ -80,62 +127,59 @@ pub fn read_torch_file(path: &Path, num_heads: usize) -> Result<Vec<TorchFileLay
         .filter_map(|n| n.strip_suffix("in_proj_weight").or_else(|| n.strip_suffix("q_proj_weight")))
         .map(str::to_string)
         .collect();
-    let read = |name: &str| -> Result<HostTensor> {
-        let tensor = reader.get(name).expect("a listed key");
-        let bytes = tensor.read().map_err(|e| ModelError::file(path, format!("tensor {name}: {e}")))?;
+    let read = |name: &str| -> std::result::Result<HostTensor, String> {
+        let tensor = reader.get(name).ok_or_else(|| format!("no tensor {name}"))?;
+        let bytes = tensor.read().map_err(|e| format!("tensor {name}: {e}"))?;
         let data: Vec<f32> = match tensor.dtype() {
             DType::F32 => f32s_from_le_bytes(&bytes),
             DType::F64 => {
                 bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32).collect()
             }
-            other => {
-                return Err(ModelError::file(
-                    path,
-                    format!("tensor {name} is {other:?}; float32 and float64 are supported"),
-                ));
-            }
+            other => return Err(format!("tensor {name} is {other:?}; float32 and float64 are supported")),
         };
         let shape = tensor.shape().to_vec();
         if data.len() != shape.iter().product::<usize>() {
-            return Err(ModelError::file(path, format!("tensor {name}: {} values for shape {shape:?}", data.len())));
+            return Err(format!("tensor {name}: {} values for shape {shape:?}", data.len()));
         }
         Ok(HostTensor::new(shape, data))
     };
-    let mut layers = Vec::new();
+    let mut entries = Vec::new();
     for prefix in prefixes {
-        let mut weights = WeightMap::new();
-        for name in names.iter().filter(|n| n.starts_with(&prefix)) {
-            let local = &name[prefix.len()..];
-            if TORCH_MHA_TENSORS.contains(&local) {
-                weights.insert(local, read(name)?);
-            }
-        }
-        let config = config_from_weights(&weights, num_heads)
-            .map_err(|e| ModelError::file(path, format!("nn.MultiheadAttention at {prefix:?}: {e}")))?;
         // `<p>mha.` between `<p>proj.` and `<p>final.`: the projected model.
         let outer = prefix.strip_suffix("mha.").filter(|p| reader.get(&format!("{p}proj.weight")).is_some());
-        let Some(outer) = outer else {
-            layers.push(TorchFileLayer { prefix, model: TorchFileModel::Attention(config), weights });
-            continue;
-        };
-        let proj = read(&format!("{outer}proj.weight"))?; // [E, in]
-        let in_features = axis(&proj, "proj.weight", 1).map_err(|e| ModelError::file(path, e))?;
-        let mut projected = ProjectedConfig::new(in_features, config.embed_dim, num_heads).with_bias(config.bias);
-        weights.insert("proj.weight", proj);
-        for name in [format!("{outer}proj.bias"), format!("{outer}final.weight"), format!("{outer}final.bias")] {
-            if reader.get(&name).is_some() {
-                weights.insert(&name[outer.len()..], read(&name)?);
+        let weights = (|| -> std::result::Result<WeightMap, String> {
+            let mut weights = WeightMap::new();
+            for name in names.iter().filter(|n| n.starts_with(&prefix)) {
+                let local = &name[prefix.len()..];
+                if TORCH_MHA_TENSORS.contains(&local) {
+                    weights.insert(local, read(name)?);
+                }
             }
-        }
-        projected.output_dim = weights
-            .get("final.weight")
-            .ok()
-            .map(|w| axis(w, "final.weight", 0))
-            .transpose()
-            .map_err(|e| ModelError::file(path, e))?;
-        layers.push(TorchFileLayer { prefix: outer.to_string(), model: TorchFileModel::Projected(projected), weights });
+            if let Some(outer) = outer {
+                for local in ["proj.weight", "proj.bias", "final.weight", "final.bias"] {
+                    let name = format!("{outer}{local}");
+                    if reader.get(&name).is_some() {
+                        weights.insert(local, read(&name)?);
+                    }
+                }
+            }
+            Ok(weights)
+        })();
+        entries.push(TorchFileEntry {
+            prefix: outer.unwrap_or(prefix.as_str()).to_string(),
+            projected: outer.is_some(),
+            weights,
+            attention_prefix: prefix.clone(),
+            file: path.to_path_buf(),
+        });
     }
-    Ok(layers)
+    Ok(entries)
+}
+
+/// Every `nn.MultiheadAttention` of a checkpoint, all read with `num_heads` heads: the first
+/// layer that cannot be read is the error. [`scan_torch_file`] reads each layer on its own.
+pub fn read_torch_file(path: &Path, num_heads: usize) -> Result<Vec<TorchFileLayer>> {
+    scan_torch_file(path)?.iter().map(|entry| entry.layer(num_heads)).collect()
 }
 
 /// The layer's config from its tensors' shapes and the given head count.

@@ -279,3 +279,48 @@ fn torch_checkpoints_reproduce_the_real_layers() {
     let error = read_torch_file(&model_files().join("torch_packed.pt"), 3).unwrap_err().to_string();
     assert!(error.contains("torch_packed.pt") && error.contains("num_heads = 3"), "{error}");
 }
+
+/// A Keras file in which one layer cannot be read (`output_shape=(2, 3)`, refused) beside one that
+/// can: scanning lists both, the refused one with the reason, and the other reproduces Keras.
+#[test]
+fn one_unreadable_keras_layer_leaves_the_others_readable() {
+    use model::keras_file::scan_keras_file;
+    let path = model_files().join("mixed.keras");
+    let entries = scan_keras_file(&path).unwrap();
+    let found: Vec<(&str, &str)> = entries.iter().map(|e| (e.name.as_str(), e.path.as_str())).collect();
+    assert_eq!(found, [("attn_ok", "layers/multi_head_attention"), ("attn_2d_out", "layers/multi_head_attention_1")]);
+    let layer = entries[0].layer.as_ref().unwrap();
+    let probe = TensorFile::read(&model_files().join("mixed.probe.safetensors")).unwrap();
+    let error = probe_error(layer, &probe, &Device::flex());
+    assert!(error <= 1e-5, "attn_ok: max |ours - keras| = {error:e}");
+    let refused = entries[1].layer.as_ref().unwrap_err().to_string();
+    assert!(refused.contains("mixed.keras") && refused.contains("attn_2d_out"), "{refused}");
+    // Read as a whole, the file is still an error naming the layer.
+    let whole = read_keras_file(&path).unwrap_err().to_string();
+    assert!(whole.contains("attn_2d_out"), "{whole}");
+}
+
+/// A PyTorch file whose layers have different head counts, and one with `add_bias_kv`: each is
+/// read with its own head count, and one that does not fit does not stop the others.
+#[test]
+fn each_torch_layer_takes_its_own_head_count() {
+    use model::torch_file::{TorchFileModel, scan_torch_file};
+    let path = model_files().join("torch_mixed.pt");
+    let entries = scan_torch_file(&path).unwrap();
+    let prefixes: Vec<&str> = entries.iter().map(|e| e.prefix.as_str()).collect();
+    assert_eq!(prefixes, ["biased.", "narrow.", "wide."]);
+    for (entry, heads, width) in [(&entries[2], 3, 12), (&entries[1], 2, 10), (&entries[0], 2, 8)] {
+        assert_eq!(entry.embed_dim().unwrap(), width, "{}", entry.prefix);
+        let layer = entry.layer(heads).unwrap_or_else(|e| panic!("{}: {e}", entry.prefix));
+        let TorchFileModel::Attention(config) = &layer.model else { panic!("{}: read as projected", entry.prefix) };
+        assert_eq!((config.embed_dim, config.num_heads), (width, heads), "{}", entry.prefix);
+    }
+    let wrong = entries[1].layer(3).unwrap_err().to_string();
+    assert!(
+        wrong.contains("torch_mixed.pt") && wrong.contains("narrow.") && wrong.contains("num_heads = 3"),
+        "{wrong}"
+    );
+    // add_bias_kv has no Keras counterpart: a reason, for that layer only.
+    let biased = entries[0].layer(2).unwrap().to_keras().unwrap_err().to_string();
+    assert!(biased.contains("add_bias_kv"), "{biased}");
+}

@@ -28,12 +28,13 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use burn::module::Module;
 use burn::tensor::{Device, Distribution, Tensor};
+use model::ModelError;
 use model::convert::{keras_to_projected, keras_to_torch};
 use model::fixture::model_weights;
-use model::keras_file::{KerasFileLayer, read_keras_file, write_keras_archive, write_weights_h5};
+use model::keras_file::{KerasFileLayer, read_keras_file, scan_keras_file, write_keras_archive, write_weights_h5};
 use model::keras_nd::{resolve_attention_axes, smallest_input_rank};
 use model::projected::ProjectedInput;
-use model::torch_file::{TorchFileLayer, TorchFileModel, read_torch_file};
+use model::torch_file::{TorchFileEntry, TorchFileLayer, TorchFileModel, scan_torch_file};
 use model::torch_mha::{AttnWeights, TorchMhaInput};
 use model::{HostTensor, KerasMha, KerasMhaInput, KerasMhaNdInput, TensorFile};
 use serde_json::json;
@@ -121,15 +122,35 @@ struct SourceLayer {
     torch: Option<TorchFileLayer>,
 }
 
-/// The attention layers of a model file, one line each, for `--layer`.
+/// An attention layer of the input file as listed: its name and where it is, and the layer, or
+/// why it cannot be converted. One layer that cannot be read leaves the others convertible.
+struct ListedLayer {
+    name: String,
+    path: String,
+    source: std::result::Result<SourceLayer, String>,
+}
+
+impl ListedLayer {
+    /// `  name (path): arguments`, or the reason instead of the arguments.
+    fn line(&self) -> String {
+        match &self.source {
+            Ok(source) => format!("  {} ({}): {}", self.name, self.path, arguments(&source.keras)),
+            Err(why) => format!("  {} ({}): {why}", self.name, self.path),
+        }
+    }
+}
+
+/// The attention layers of a model file, one line each, for `--layer`: each that cannot be
+/// converted with the reason.
 pub fn list_layers(input: &Path, num_heads: Option<usize>) -> Result<String> {
     let layers = read_layers(input, num_heads)?;
-    Ok(layers.iter().map(|l| format!("  {} ({}): {}\n", l.keras.name, l.keras.path, arguments(&l.keras))).collect())
+    Ok(layers.iter().map(|l| format!("{}\n", l.line())).collect())
 }
 
 /// Converts the chosen attention layer of `input` to `target`, writes it (default: beside the
 /// input, `<stem>.<layer>.<target suffix>`) and checks what was written against the source.
-/// `num_heads` is needed for a PyTorch file (a state dict does not store it).
+/// `num_heads` is needed for a layer of a PyTorch file (a state dict does not store it); the
+/// file's other layers need not fit it.
 pub fn convert(
     input: &Path,
     target: Target,
@@ -380,30 +401,42 @@ fn run_keras_probe(
     }
 }
 
-fn read_layers(input: &Path, num_heads: Option<usize>) -> Result<Vec<SourceLayer>> {
+/// Every attention layer of `input`, each read on its own (a PyTorch file's with `num_heads`
+/// heads): one that cannot be read or converted is listed with the reason.
+fn read_layers(input: &Path, num_heads: Option<usize>) -> Result<Vec<ListedLayer>> {
     let is_torch = input.extension().is_some_and(|e| e == "pt" || e == "pth");
-    let layers: Vec<SourceLayer> = if is_torch {
-        let num_heads = num_heads.with_context(|| {
-            format!("{}: a PyTorch state dict does not store the head count; pass --num-heads", input.display())
-        })?;
+    let refused =
+        |name: &str, path: &str, e: ModelError| format!("cannot be converted: {}", reason(input, name, path, &e));
+    let layers: Vec<ListedLayer> = if is_torch {
         let mut layers = Vec::new();
-        for torch in read_torch_file(input, num_heads)? {
-            let keras = torch
-                .to_keras()
-                .with_context(|| format!("the attention layer {:?} of {}", torch.prefix, input.display()))?;
-            let name = torch.prefix.trim_end_matches('.').to_string();
-            let fallback = if matches!(torch.model, TorchFileModel::Projected(_)) { "projected" } else { "mha" };
-            let keras = KerasFileLayer {
-                name: if name.is_empty() { fallback.into() } else { name },
-                path: torch.prefix.clone(),
-                config: keras.config,
-                weights: keras.weights,
+        for entry in scan_torch_file(input)? {
+            let name = entry.prefix.trim_end_matches('.').to_string();
+            let fallback = if entry.projected { "projected" } else { "mha" };
+            let name = if name.is_empty() { fallback.to_string() } else { name };
+            let refused = |e| refused(&name, &entry.prefix, e);
+            let source = match num_heads {
+                Some(heads) => torch_source(&entry, heads, &name).map_err(refused),
+                // One head divides every width: what is refused then is refused for any count.
+                None => match torch_source(&entry, 1, &name) {
+                    Err(e) => Err(refused(e)),
+                    Ok(_) => Err(format!(
+                        "embed_dim={}; a state dict does not store the head count: pass --num-heads (a divisor of it)",
+                        entry.embed_dim().map(|e| e.to_string()).unwrap_or_else(|_| "?".into())
+                    )),
+                },
             };
-            layers.push(SourceLayer { keras, torch: Some(torch) });
+            layers.push(ListedLayer { name, path: entry.prefix.clone(), source });
         }
         layers
     } else {
-        read_keras_file(input)?.into_iter().map(|keras| SourceLayer { keras, torch: None }).collect()
+        scan_keras_file(input)?
+            .into_iter()
+            .map(|entry| {
+                let source = entry.layer.map(|keras| SourceLayer { keras, torch: None });
+                let source = source.map_err(|e| refused(&entry.name, &entry.path, e));
+                ListedLayer { name: entry.name, path: entry.path, source }
+            })
+            .collect()
     };
     if layers.is_empty() {
         bail!(
@@ -415,21 +448,46 @@ fn read_layers(input: &Path, num_heads: Option<usize>) -> Result<Vec<SourceLayer
     Ok(layers)
 }
 
-/// The layer `--layer` names (by name, HDF5 path or state-dict prefix), or the only one.
-fn choose<'a>(input: &Path, layers: &'a [SourceLayer], wanted: Option<&str>) -> Result<&'a SourceLayer> {
-    let listing = || {
-        layers
-            .iter()
-            .map(|l| format!("\n  {} ({}): {}", l.keras.name, l.keras.path, arguments(&l.keras)))
-            .collect::<String>()
+/// A PyTorch file's layer with `num_heads` heads, in Keras' vocabulary (named `name`).
+fn torch_source(entry: &TorchFileEntry, num_heads: usize, name: &str) -> model::Result<SourceLayer> {
+    let torch = entry.layer(num_heads)?;
+    let keras = torch.to_keras()?;
+    let keras = KerasFileLayer {
+        name: name.to_string(),
+        path: torch.prefix.clone(),
+        config: keras.config,
+        weights: keras.weights,
     };
-    match wanted {
-        Some(wanted) => layers.iter().find(|l| l.keras.name == wanted || l.keras.path == wanted).with_context(|| {
+    Ok(SourceLayer { keras, torch: Some(torch) })
+}
+
+/// Why the layer `name` at `path` of `input` cannot be converted, for a line that already names
+/// the file and the layer.
+fn reason(input: &Path, name: &str, path: &str, error: &ModelError) -> String {
+    let message = match error {
+        ModelError::File { path, message } if path == input => message.clone(),
+        other => other.to_string(),
+    };
+    let named =
+        [format!("layer {name}: "), format!("layer {name} ({path}): "), format!("nn.MultiheadAttention at {path:?}: ")];
+    named.iter().find_map(|prefix| message.strip_prefix(prefix.as_str())).map(str::to_string).unwrap_or(message)
+}
+
+/// The layer `--layer` names (by name, HDF5 path or state-dict prefix), or the only one; an
+/// error with the reason when it cannot be converted.
+fn choose<'a>(input: &Path, layers: &'a [ListedLayer], wanted: Option<&str>) -> Result<&'a SourceLayer> {
+    let listing = || layers.iter().map(|l| format!("\n{}", l.line())).collect::<String>();
+    let listed = match wanted {
+        Some(wanted) => layers.iter().find(|l| l.name == wanted || l.path == wanted).with_context(|| {
             format!("{}: no attention layer named {wanted:?}; it holds:{}", input.display(), listing())
-        }),
-        None if layers.len() == 1 => Ok(&layers[0]),
+        })?,
+        None if layers.len() == 1 => &layers[0],
         None => bail!("{}: {} attention layers; choose one with --layer:{}", input.display(), layers.len(), listing()),
-    }
+    };
+    listed
+        .source
+        .as_ref()
+        .map_err(|why| anyhow::anyhow!("{}: layer {} ({}): {why}", input.display(), listed.name, listed.path))
 }
 
 /// The layer's constructor arguments as Keras would print them.
