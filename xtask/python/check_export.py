@@ -243,10 +243,10 @@ def check_keras_weights_h5(config, tensors, path):
 class Projected(torch.nn.Module):
     """Linear(in, E) -> nn.MultiheadAttention(E, h, batch_first=True) self-attention -> optional Linear(E, out)."""
 
-    def __init__(self, in_features, embed_dim, num_heads, output_dim, bias):
+    def __init__(self, in_features, embed_dim, num_heads, output_dim, bias, dropout=0.0):
         super().__init__()
         self.proj = torch.nn.Linear(in_features, embed_dim, bias=bias)
-        self.mha = torch.nn.MultiheadAttention(embed_dim, num_heads, bias=bias, batch_first=True)
+        self.mha = torch.nn.MultiheadAttention(embed_dim, num_heads, bias=bias, dropout=dropout, batch_first=True)
         self.final = None if output_dim is None else torch.nn.Linear(embed_dim, output_dim, bias=bias)
 
     def forward(self, x):
@@ -271,6 +271,7 @@ def check_torch_mha(config, tensors):
         bias=bool(config.get("bias", True)),
         kdim=None if kdim is None else int(kdim),
         vdim=None if vdim is None else int(vdim),
+        dropout=float(config.get("dropout", 0.0) or 0.0),
         batch_first=True,
     )
     state = {k: torch.from_numpy(v.astype(np.float32)) for k, v in weights_of(tensors).items()}
@@ -301,6 +302,7 @@ def check_torch(config, tensors):
         int(need(config, "num_heads")),
         None if output_dim is None else int(output_dim),
         bool(config.get("bias", True)),
+        float(config.get("dropout", 0.0) or 0.0),
     )
     state = {torch_state_dict_name(k): torch.from_numpy(v.astype(np.float32)) for k, v in weights_of(tensors).items()}
     try:

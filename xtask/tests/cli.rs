@@ -267,6 +267,50 @@ fn convert_out_without_an_extension_gets_the_targets() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A Keras layer built with dropout 0.1, converted to torch and to projected: the generated
+/// `nn.Module` and the written file carry the rate, so training the port trains the same model.
+#[test]
+fn convert_carries_the_dropout_rate_into_the_torch_module() {
+    use model::keras_file::write_keras_archive;
+    use model::{HostTensor, KerasMhaConfig, TensorFile, WeightMap};
+    let dir = scratch("dropout");
+    // MultiHeadAttention(num_heads=4, key_dim=2, dropout=0.1) on width 8: torch-exact sizes.
+    let config = KerasMhaConfig::new(4, 2, 8).with_dropout(0.1);
+    let dims = config.dims().unwrap();
+    let mut weights = WeightMap::new();
+    let mut value = 0.0f32;
+    let mut tensor = |shape: Vec<usize>| {
+        let data = (0..shape.iter().product::<usize>()).map(|_| {
+            value += 0.37;
+            value.sin() * 0.5
+        });
+        HostTensor::new(shape.clone(), data.collect())
+    };
+    for (name, shape) in ["query", "key", "value", "attention_output"].into_iter().zip(dims.kernel_shapes()) {
+        weights.insert(format!("{name}.kernel"), tensor(shape.to_vec()));
+    }
+    for (name, shape) in [("query", [4, 2]), ("key", [4, 2]), ("value", [4, 2])] {
+        weights.insert(format!("{name}.bias"), tensor(shape.to_vec()));
+    }
+    weights.insert("attention_output.bias", tensor(vec![8]));
+    let source = dir.join("dropout.keras");
+    write_keras_archive(&source, "dropout_model", &config, &weights).unwrap();
+    for (target, built) in [
+        ("torch", "torch.nn.MultiheadAttention(8, 4, bias=True, kdim=8, vdim=8, dropout=0.1, batch_first=True)"),
+        ("projected", "Projected(8, 8, 4, 8, bias=True, dropout=0.1)"),
+    ] {
+        let out = dir.join(format!("{target}.safetensors"));
+        let run = xtask(&["convert", source.to_str().unwrap(), "--to", target, "--out", out.to_str().unwrap()]);
+        assert!(run.status.success(), "{target}: {}", String::from_utf8_lossy(&run.stderr));
+        let module = std::fs::read_to_string(dir.join(format!("{target}.py"))).unwrap();
+        assert!(module.contains(built), "{target}: the module does not build {built}:\n{module}");
+        let metadata: serde_json::Value =
+            serde_json::from_str(&TensorFile::read(&out).unwrap().metadata["config"]).unwrap();
+        assert_eq!(metadata["dropout"].as_f64(), Some(0.1), "{target}: {metadata}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn convert_lists_the_layers_and_asks_which_one() {
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/model-files/functional.keras");

@@ -71,10 +71,12 @@ pub fn keras_to_torch(config: &KerasMhaConfig, keras: &WeightMap) -> Result<Conv
             d.output_dim
         ));
     }
+    // Dropout is part of the layer a user trains: the port drops the same probabilities.
     let torch_config = TorchMhaConfig::new(e, d.num_heads)
         .with_kdim(Some(d.key_input_dim))
         .with_vdim(Some(d.value_input_dim))
-        .with_bias(config.use_bias);
+        .with_bias(config.use_bias)
+        .with_dropout(config.dropout);
     let shapes = d.kernel_shapes();
     let matrix = |name: &str, shape: [usize; 3], rows: usize| -> Result<HostTensor> {
         let kernel = keras.expect(name, &shape)?;
@@ -156,7 +158,8 @@ pub fn torch_to_keras(config: &TorchMhaConfig, torch: &WeightMap) -> Result<Conv
         .with_key_input_dim(Some(kdim))
         .with_value_input_dim(Some(vdim))
         .with_output_shape(Some(e))
-        .with_use_bias(config.bias);
+        .with_use_bias(config.bias)
+        .with_dropout(config.dropout);
     Ok(Converted { config: keras_config, weights: keras })
 }
 
@@ -249,7 +252,9 @@ pub fn keras_to_projected(config: &KerasMhaConfig, keras: &WeightMap) -> Result<
         out.insert("out_proj.bias", HostTensor::zeros(vec![e]));
         out.insert("final.bias", keras.expect("attention_output.bias", &[o])?.clone());
     }
-    let projected = ProjectedConfig::new(dq, e, h).with_output_dim(Some(o)).with_bias(config.use_bias);
+    // Keras' dropout on the probabilities [B, h, T, S] is torch's on the (padded heads') weights.
+    let projected =
+        ProjectedConfig::new(dq, e, h).with_output_dim(Some(o)).with_bias(config.use_bias).with_dropout(config.dropout);
     Ok(Converted { config: projected, weights: out })
 }
 
@@ -295,7 +300,8 @@ pub fn projected_to_keras(config: &ProjectedConfig, weights: &WeightMap) -> Resu
     if let Some(bo) = bo {
         keras.insert("attention_output.bias", bo.to_host(vec![o]));
     }
-    let keras_config = KerasMhaConfig::new(h, hd, din).with_output_shape(Some(o)).with_use_bias(bias);
+    let keras_config =
+        KerasMhaConfig::new(h, hd, din).with_output_shape(Some(o)).with_use_bias(bias).with_dropout(config.dropout);
     Ok(Converted { config: keras_config, weights: keras })
 }
 

@@ -311,6 +311,7 @@ pub fn convert(
                 "kdim": config.kdim,
                 "vdim": config.vdim,
                 "bias": config.bias,
+                "dropout": config.dropout,
                 "batch_first": true,
                 "tolerance": 1e-5,
             });

@@ -254,6 +254,7 @@ pub fn projected_fixture(
         "num_heads": projected.num_heads,
         "output_dim": projected.output_dim,
         "bias": projected.bias,
+        "dropout": projected.dropout,
         "batch_first": true,
         "tolerance": 1e-5,
     });

@@ -1,6 +1,7 @@
 //! The Python file written beside a torch export: the `nn.Module` that holds the weights, so a
 //! PyTorch user gets code as well as a state dict. Running it checks the weights on the probe
-//! the export carries.
+//! the export carries. The module carries the source layer's dropout rate, so that training the
+//! port trains the same model (the check runs in eval mode, where dropout does nothing).
 
 use model::{ProjectedConfig, TorchMhaConfig};
 
@@ -19,24 +20,26 @@ pub fn python_source(module: TorchModule, weights_file: &str, description: &str)
     let (build, call, remap) = match module {
         TorchModule::Attention(c) => (
             format!(
-                "torch.nn.MultiheadAttention({}, {}, bias={}, kdim={}, vdim={}, batch_first=True)",
+                "torch.nn.MultiheadAttention({}, {}, bias={}, kdim={}, vdim={}, dropout={:?}, batch_first=True)",
                 c.embed_dim,
                 c.num_heads,
                 py_bool(c.bias),
                 py_opt(c.kdim),
-                py_opt(c.vdim)
+                py_opt(c.vdim),
+                c.dropout
             ),
             "model(tensors[\"inputs.query\"], tensors[\"inputs.key\"], tensors[\"inputs.value\"], need_weights=False)[0]",
             "name",
         ),
         TorchModule::Projected(c) => (
             format!(
-                "Projected({}, {}, {}, {}, bias={})",
+                "Projected({}, {}, {}, {}, bias={}, dropout={:?})",
                 c.in_features,
                 c.embed_dim,
                 c.num_heads,
                 py_opt(c.output_dim),
-                py_bool(c.bias)
+                py_bool(c.bias),
+                c.dropout
             ),
             "model(tensors[\"inputs.x\"])",
             "name if name.startswith((\"proj.\", \"final.\")) else \"mha.\" + name",
@@ -61,10 +64,10 @@ WEIGHTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "{weights_fil
 class Projected(torch.nn.Module):
     """Linear(in, E) -> nn.MultiheadAttention(E, h) self-attention -> optional Linear(E, out)."""
 
-    def __init__(self, in_features, embed_dim, num_heads, output_dim, bias):
+    def __init__(self, in_features, embed_dim, num_heads, output_dim, bias, dropout=0.0):
         super().__init__()
         self.proj = torch.nn.Linear(in_features, embed_dim, bias=bias)
-        self.mha = torch.nn.MultiheadAttention(embed_dim, num_heads, bias=bias, batch_first=True)
+        self.mha = torch.nn.MultiheadAttention(embed_dim, num_heads, bias=bias, dropout=dropout, batch_first=True)
         self.final = None if output_dim is None else torch.nn.Linear(embed_dim, output_dim, bias=bias)
 
     def forward(self, x):
