@@ -34,6 +34,24 @@ fn keep_freed_memory() {
     }
 }
 
+/// Mesa's implicit Vulkan layer `VK_LAYER_MESA_device_select` (installed with lavapipe) asks the
+/// Wayland compositor which GPU drives the display each time an instance that enabled Wayland
+/// surfaces (every wgpu instance does) lists its devices; on a machine without a display,
+/// libwayland then prints `error: XDG_RUNTIME_DIR is invalid or not set in the environment.` to
+/// stderr, once per listing (six times in a `verify`), which reads as the command failing. With
+/// no display there is nothing to select by, so the layer is switched off by its documented
+/// variable. A user's own `NODEVICE_SELECT`, `MESA_VK_DEVICE_SELECT` or `DRI_PRIME`, or a display,
+/// leaves it on.
+fn quiet_device_select_without_display() {
+    let set = |name: &str| std::env::var_os(name).is_some();
+    let display = ["DISPLAY", "WAYLAND_DISPLAY", "WAYLAND_SOCKET"].into_iter().any(set);
+    let chosen = ["NODEVICE_SELECT", "MESA_VK_DEVICE_SELECT", "DRI_PRIME"].into_iter().any(set);
+    if !display && !chosen {
+        // SAFETY: called first thing in `main`, before any thread is started.
+        unsafe { std::env::set_var("NODEVICE_SELECT", "1") };
+    }
+}
+
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "Keras-exact vs PyTorch-style multi-head attention on Burn")]
 struct Cli {
@@ -63,6 +81,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    quiet_device_select_without_display();
     keep_freed_memory();
     let cli = Cli::parse();
     let result = match cli.command {

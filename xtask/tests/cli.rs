@@ -28,6 +28,23 @@ fn verify_prints_one_line_per_output_and_a_summary() {
     assert_eq!(text.lines().last(), Some("3 passed, 0 failed"));
 }
 
+/// On a machine without a display, a `verify` that passes prints nothing on stderr that reads as
+/// an error: Mesa's device-select Vulkan layer (installed with lavapipe) printed libwayland's
+/// `error: XDG_RUNTIME_DIR is invalid or not set` once per adapter listing.
+#[test]
+fn verify_without_a_display_prints_no_error_line() {
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/reference/keras_causal.safetensors");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_xtask"));
+    command.args(["verify", fixture]);
+    for name in ["XDG_RUNTIME_DIR", "DISPLAY", "WAYLAND_DISPLAY", "WAYLAND_SOCKET", "NODEVICE_SELECT"] {
+        command.env_remove(name);
+    }
+    let out = command.output().expect("xtask runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}{stderr}", stdout(&out));
+    assert!(!stderr.lines().any(|l| l.starts_with("error")), "{stderr}");
+}
+
 #[test]
 fn verify_fails_naming_an_unreadable_file() {
     let dir = scratch("unreadable");
