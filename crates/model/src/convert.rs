@@ -36,7 +36,7 @@ fn keras_only_arguments(config: &KerasMhaConfig) -> Option<String> {
             "sliding_window = {window} is part of the Keras layer; torch's layer holds no mask (pass the band as attn_mask at each call)"
         ));
     }
-    match crate::keras_nd::resolve_attention_axes(config.attention_axes.as_deref(), 3) {
+    match crate::keras_mha::resolve_attention_axes(config.attention_axes.as_deref(), 3) {
         Ok(axes) if axes == [1] => None,
         _ => Some(format!(
             "attention_axes = {:?} attends jointly over axes of an N-D input; torch's layer attends over one sequence axis (flatten the attention axes into it and the others into the batch, as KerasMha::forward_nd does, and call it on that)",

@@ -394,7 +394,7 @@ fn functional_config(name: &str, config: &KerasMhaConfig) -> Result<Value> {
     use serde_json::json;
     let d = config.dims()?;
     // The smallest input rank the layer's attention axes fit: [B, T, D] for the default.
-    let rank = crate::keras_nd::smallest_input_rank(config.attention_axes.as_deref());
+    let rank = crate::keras_mha::smallest_input_rank(config.attention_axes.as_deref());
     let shape = |width: usize| [vec![Value::Null; rank - 1], vec![json!(width)]].concat();
     let input = |input_name: &str, width: usize| {
         json!({

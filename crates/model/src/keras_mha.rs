@@ -52,6 +52,42 @@ use crate::error::{ModelError, Result};
 use crate::initializer::{KerasInitializer, keras_fans};
 use crate::weights::WeightMap;
 
+/// The attention axes of an input of rank `rank`, resolved as Keras resolves them: `None` =
+/// every axis between the batch and the features; a negative axis counts from the projected
+/// tensor's end (`axis + rank`). Each must be a position axis (not the batch, feature or heads
+/// axis), named once.
+pub fn resolve_attention_axes(axes: Option<&[i64]>, rank: usize) -> Result<Vec<usize>> {
+    let Some(axes) = axes else { return Ok((1..rank - 1).collect()) };
+    let mut resolved = Vec::with_capacity(axes.len());
+    for &axis in axes {
+        let at = if axis < 0 { axis + rank as i64 } else { axis };
+        if !(1..rank as i64 - 1).contains(&at) {
+            return Err(ModelError::config(
+                "attention_axes",
+                format!("{axes:?}"),
+                format!(
+                    "axis {axis} of a rank-{rank} input is not a position axis (1..={}, or -{}..=-2)",
+                    rank - 2,
+                    rank - 1
+                ),
+            ));
+        }
+        if resolved.contains(&(at as usize)) {
+            return Err(ModelError::config("attention_axes", format!("{axes:?}"), format!("axis {at} is named twice")));
+        }
+        resolved.push(at as usize);
+    }
+    if resolved.is_empty() {
+        return Err(ModelError::config("attention_axes", "[]", "must name at least one axis (None = Keras' default)"));
+    }
+    Ok(resolved)
+}
+
+/// The smallest input rank that `attention_axes` fit: 3 (`[B, T, D]`) for the default.
+pub fn smallest_input_rank(axes: Option<&[i64]>) -> usize {
+    axes.unwrap_or_default().iter().map(|&a| if a < 0 { 1 - a } else { a + 2 }).max().unwrap_or(3).max(3) as usize
+}
+
 /// The constructor arguments of `keras.layers.MultiHeadAttention`, plus the input widths that
 /// Keras infers at build time.
 #[derive(Config, Debug, PartialEq)]
@@ -552,7 +588,7 @@ impl KerasMha {
 
     /// [`KerasMha::forward`] takes `[B, T, D]` inputs, so the layer must attend over axis 1.
     fn check_sequence_axis(&self) -> Result<()> {
-        match crate::keras_nd::resolve_attention_axes(self.attention_axes.as_deref(), 3) {
+        match resolve_attention_axes(self.attention_axes.as_deref(), 3) {
             Ok(axes) if axes == [1] => Ok(()),
             _ => Err(ModelError::config(
                 "attention_axes",
@@ -765,4 +801,28 @@ fn blocked_pairs(
         (m, c) => m.or(c)?,
     }; // [B|1, 1, T, S]
     Some(blocked.expand([batch, heads, query_len, source_len])) // [B, h, T, S]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axes_resolve_as_keras_resolves_them() {
+        assert_eq!(resolve_attention_axes(None, 3).unwrap(), [1]);
+        assert_eq!(resolve_attention_axes(None, 5).unwrap(), [1, 2, 3]);
+        assert_eq!(resolve_attention_axes(Some(&[-2]), 3).unwrap(), [1]);
+        // Keras counts a negative axis from the projected tensor's end: -3 of a rank-4 input is 1.
+        assert_eq!(resolve_attention_axes(Some(&[-3]), 4).unwrap(), [1]);
+        assert_eq!(resolve_attention_axes(Some(&[3, 1]), 5).unwrap(), [3, 1]);
+        for (axes, rank) in
+            [(None, 3), (Some(&[1][..]), 3), (Some(&[-2]), 3), (Some(&[1, 2]), 4), (Some(&[-3]), 4), (Some(&[3, 1]), 5)]
+        {
+            assert_eq!(smallest_input_rank(axes), rank, "{axes:?}");
+            assert!(resolve_attention_axes(axes, rank).is_ok(), "{axes:?} fit rank {rank}");
+        }
+        for bad in [&[0][..], &[2], &[-1], &[1, 1], &[]] {
+            assert!(resolve_attention_axes(Some(bad), 3).is_err(), "{bad:?} on rank 3");
+        }
+    }
 }

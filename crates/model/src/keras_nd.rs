@@ -28,7 +28,7 @@ use burn::tensor::{Bool, Tensor, TensorData};
 
 use crate::attention::FullyMaskedRows;
 use crate::error::{ModelError, Result};
-use crate::keras_mha::{KerasMha, KerasMhaInput};
+use crate::keras_mha::{KerasMha, KerasMhaInput, resolve_attention_axes};
 use crate::nd_mask::NdMask;
 
 /// The arguments of one call on inputs of rank `D` (at least 3), named as Keras names them.
@@ -79,42 +79,6 @@ pub struct KerasMhaNdOutput<const D: usize> {
     /// flattened; `attention_scores_shape` is Keras' layout of the same numbers (row-major).
     pub attention_scores: Option<Tensor<4>>,
     pub attention_scores_shape: Vec<usize>,
-}
-
-/// The attention axes of an input of rank `rank`, resolved as Keras resolves them: `None` =
-/// every axis between the batch and the features; a negative axis counts from the projected
-/// tensor's end (`axis + rank`). Each must be a position axis (not the batch, feature or heads
-/// axis), named once.
-pub fn resolve_attention_axes(axes: Option<&[i64]>, rank: usize) -> Result<Vec<usize>> {
-    let Some(axes) = axes else { return Ok((1..rank - 1).collect()) };
-    let mut resolved = Vec::with_capacity(axes.len());
-    for &axis in axes {
-        let at = if axis < 0 { axis + rank as i64 } else { axis };
-        if !(1..rank as i64 - 1).contains(&at) {
-            return Err(ModelError::config(
-                "attention_axes",
-                format!("{axes:?}"),
-                format!(
-                    "axis {axis} of a rank-{rank} input is not a position axis (1..={}, or -{}..=-2)",
-                    rank - 2,
-                    rank - 1
-                ),
-            ));
-        }
-        if resolved.contains(&(at as usize)) {
-            return Err(ModelError::config("attention_axes", format!("{axes:?}"), format!("axis {at} is named twice")));
-        }
-        resolved.push(at as usize);
-    }
-    if resolved.is_empty() {
-        return Err(ModelError::config("attention_axes", "[]", "must name at least one axis (None = Keras' default)"));
-    }
-    Ok(resolved)
-}
-
-/// The smallest input rank that `attention_axes` fit: 3 (`[B, T, D]`) for the default.
-pub fn smallest_input_rank(axes: Option<&[i64]>) -> usize {
-    axes.unwrap_or_default().iter().map(|&a| if a < 0 { 1 - a } else { a + 2 }).max().unwrap_or(3).max(3) as usize
 }
 
 /// How the axes of a rank-`D` input map onto the flattened `[B', T', D]` call.
@@ -310,25 +274,6 @@ impl KerasMha {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn axes_resolve_as_keras_resolves_them() {
-        assert_eq!(resolve_attention_axes(None, 3).unwrap(), [1]);
-        assert_eq!(resolve_attention_axes(None, 5).unwrap(), [1, 2, 3]);
-        assert_eq!(resolve_attention_axes(Some(&[-2]), 3).unwrap(), [1]);
-        // Keras counts a negative axis from the projected tensor's end: -3 of a rank-4 input is 1.
-        assert_eq!(resolve_attention_axes(Some(&[-3]), 4).unwrap(), [1]);
-        assert_eq!(resolve_attention_axes(Some(&[3, 1]), 5).unwrap(), [3, 1]);
-        for (axes, rank) in
-            [(None, 3), (Some(&[1][..]), 3), (Some(&[-2]), 3), (Some(&[1, 2]), 4), (Some(&[-3]), 4), (Some(&[3, 1]), 5)]
-        {
-            assert_eq!(smallest_input_rank(axes), rank, "{axes:?}");
-            assert!(resolve_attention_axes(axes, rank).is_ok(), "{axes:?} fit rank {rank}");
-        }
-        for bad in [&[0][..], &[2], &[-1], &[1, 1], &[]] {
-            assert!(resolve_attention_axes(Some(bad), 3).is_err(), "{bad:?} on rank 3");
-        }
-    }
 
     #[test]
     fn the_layout_round_trips() {

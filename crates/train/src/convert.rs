@@ -32,7 +32,7 @@ use model::ModelError;
 use model::convert::{keras_to_projected, keras_to_torch};
 use model::fixture::model_weights;
 use model::keras_file::{KerasFileLayer, read_keras_file, scan_keras_file, write_keras_archive, write_weights_h5};
-use model::keras_nd::{resolve_attention_axes, smallest_input_rank};
+use model::keras_mha::{resolve_attention_axes, smallest_input_rank};
 use model::projected::ProjectedInput;
 use model::torch_file::{TorchFileEntry, TorchFileLayer, TorchFileModel, scan_torch_file};
 use model::torch_mha::{AttnWeights, TorchMhaInput};
