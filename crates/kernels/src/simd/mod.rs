@@ -66,9 +66,10 @@ impl Isa {
         found
     }
 
-    /// The widest instruction set this CPU runs.
+    /// The widest instruction set this CPU runs (detected once: the GEMM asks on every call).
     pub fn detected() -> Isa {
-        Isa::available()[0]
+        static DETECTED: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        *DETECTED.get_or_init(|| Isa::available()[0])
     }
 
     /// The instruction set the kernels use: the one [`ISA_VARIABLE`] names, else the widest this
