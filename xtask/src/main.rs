@@ -6,6 +6,7 @@ mod compare;
 mod config_args;
 mod convert;
 mod export;
+mod predict;
 mod train;
 mod verify;
 
@@ -76,6 +77,9 @@ enum Command {
     /// Export a trained run for Burn, Keras or PyTorch.
     #[command(long_about = export::LONG_ABOUT)]
     Export(export::Args),
+    /// Run a whole Keras model (.keras) in Burn on inputs from a safetensors file.
+    #[command(long_about = predict::LONG_ABOUT)]
+    Predict(predict::Args),
     /// Check the modules against fixtures made with the real Keras and PyTorch.
     Verify(verify::Args),
 }
@@ -90,6 +94,7 @@ fn main() -> ExitCode {
         Command::Compare(args) => compare::run(args),
         Command::Convert(args) => convert::run(args),
         Command::Export(args) => export::run(args),
+        Command::Predict(args) => predict::run(args),
         Command::Verify(args) => verify::run(args),
     };
     match result {

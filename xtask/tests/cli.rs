@@ -406,3 +406,46 @@ fn convert_names_the_file_when_it_holds_no_attention_layer() {
         "{errors}"
     );
 }
+
+#[test]
+fn predict_reproduces_keras_and_writes_the_outputs() {
+    let models = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/keras-models");
+    let dir = scratch("predict");
+    let out = dir.join("classes.safetensors");
+    let output = xtask(&[
+        "predict",
+        &format!("{models}/text_classifier.keras"),
+        "--inputs",
+        &format!("{models}/text_classifier.probe.safetensors"),
+        "--out",
+        out.to_str().unwrap(),
+        "--backend",
+        "ndarray",
+    ]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let text = stdout(&output);
+    let line = text.lines().find(|l| l.starts_with("outputs.classes")).expect("a line per output");
+    let diff: f32 = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(diff <= 1e-5, "{line}");
+    let written = model::TensorFile::read(&out).unwrap();
+    assert_eq!(written.tensors.get("outputs.classes").unwrap().shape, vec![3, 3]);
+}
+
+#[test]
+fn predict_refuses_an_unsupported_layer_with_status_1_and_no_file() {
+    let models = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/keras-models");
+    let dir = scratch("predict-lambda");
+    let out = dir.join("never.safetensors");
+    let output = xtask(&[
+        "predict",
+        &format!("{models}/lambda_layer.keras"),
+        "--inputs",
+        &format!("{models}/small.probe.safetensors"),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("layer double (Lambda)"), "{stderr}");
+    assert!(!out.exists());
+}

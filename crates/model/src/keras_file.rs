@@ -219,7 +219,7 @@ fn layer_name(h5: &hdf5_pure::File, path: &str) -> Option<String> {
 }
 
 /// The four sublayers' variables of the attention layer at `path`.
-fn read_attention_weights(file: &Path, h5: &hdf5_pure::File, path: &str, name: &str) -> Result<WeightMap> {
+pub(crate) fn read_attention_weights(file: &Path, h5: &hdf5_pure::File, path: &str, name: &str) -> Result<WeightMap> {
     let context = |what: &str, e: &dyn std::fmt::Display| ModelError::file(file, format!("layer {name}: {what}: {e}"));
     let mut weights = WeightMap::new();
     let has_gate = h5.group(&format!("{path}/{}", GATE.0)).is_ok();
@@ -255,7 +255,12 @@ fn read_attention_weights(file: &Path, h5: &hdf5_pure::File, path: &str, name: &
 /// The layer's config from its constructor arguments, checked against its variables: an
 /// argument this crate cannot honour, or weights that do not match the arguments, are errors
 /// naming the layer.
-fn config_from_arguments(file: &Path, name: &str, arguments: &Value, weights: &WeightMap) -> Result<KerasMhaConfig> {
+pub(crate) fn config_from_arguments(
+    file: &Path,
+    name: &str,
+    arguments: &Value,
+    weights: &WeightMap,
+) -> Result<KerasMhaConfig> {
     let bad = |argument: &str, why: String| ModelError::file(file, format!("layer {name}: {argument}: {why}"));
     // A refused output_shape is the reason, not the output kernel's shape that follows from it.
     if let Some(value) = arguments.get("output_shape") {
@@ -454,7 +459,7 @@ fn output_width(value: &Value) -> std::result::Result<Option<usize>, String> {
 }
 
 /// `name` or `name_N`, as Keras' `_get_unique_name` numbers repeats within one list.
-fn unique_name(name: String, used: &mut HashMap<String, usize>) -> String {
+pub(crate) fn unique_name(name: String, used: &mut HashMap<String, usize>) -> String {
     match used.get_mut(&name) {
         Some(count) => {
             *count += 1;
@@ -469,7 +474,7 @@ fn unique_name(name: String, used: &mut HashMap<String, usize>) -> String {
 
 /// Keras' `naming.to_snake_case`: drop non-word characters, `_` before an upper-case letter that
 /// starts a lower-case run or follows a lower-case letter, then lower-case everything.
-fn snake_case(name: &str) -> String {
+pub(crate) fn snake_case(name: &str) -> String {
     let chars: Vec<char> = name.chars().filter(|c| c.is_alphanumeric() || *c == '_').collect();
     let mut out = String::with_capacity(chars.len() + 4);
     for (i, &c) in chars.iter().enumerate() {

@@ -182,13 +182,22 @@ impl TensorFile {
             let raw = view.data();
             let tensor = match view.dtype() {
                 Dtype::F32 => HostTensor::new(shape, f32s_from_le_bytes(raw)),
+                // Token ids: exact in float32 below 2^24, as the models store every dtype.
+                Dtype::I32 => HostTensor::new(
+                    shape,
+                    raw.chunks_exact(4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32).collect(),
+                ),
+                Dtype::I64 => HostTensor::new(
+                    shape,
+                    raw.chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")) as f32).collect(),
+                ),
                 Dtype::U8 | Dtype::BOOL => {
                     HostTensor { shape, data: raw.iter().map(|&b| b as f32).collect(), dtype: StoredDtype::U8 }
                 }
                 other => {
                     return Err(ModelError::file(
                         path,
-                        format!("tensor `{name}` has dtype {other:?}; only F32 and U8 are supported"),
+                        format!("tensor `{name}` has dtype {other:?}; only F32, I32, I64 and U8 are supported"),
                     ));
                 }
             };

@@ -1,0 +1,97 @@
+//! `keras.layers.Conv1D`, with TensorFlow's padding rules written out.
+//!
+//! Keras keeps the kernel as `(k, in / groups, filters)` and the data channels-last `[B, L, C]`
+//! by default; Burn's `conv1d` takes `[B, C, L]` and a `[filters, in / groups, k]` kernel. `same`
+//! pads `max((out - 1) s + (k - 1) d + 1 - L, 0)` in total, the smaller half first (TensorFlow's
+//! rule, asymmetric for an even total); `causal` pads `(k - 1) d` on the left only.
+
+use burn::module::{Module, Param};
+use burn::tensor::ops::ConvOptions;
+use burn::tensor::{Device, Tensor, module::conv1d};
+
+use super::Call;
+use crate::error::Result;
+use crate::keras::activation::Activation;
+use crate::keras::config::LayerArgs;
+use crate::keras::saved::VarReader;
+use crate::keras::value::{DynTensor, Value};
+use crate::weights::HostTensor;
+
+#[derive(Module, Debug)]
+pub struct Conv1d {
+    /// `[filters, in / groups, k]` (Keras' kernel permuted).
+    pub weight: Param<Tensor<3>>,
+    pub bias: Option<Param<Tensor<1>>>,
+    pub stride: usize,
+    pub dilation: usize,
+    pub groups: usize,
+    #[module(skip)]
+    pub padding: String,
+    pub channels_last: bool,
+    #[module(skip)]
+    pub activation: Activation,
+}
+
+impl Conv1d {
+    pub fn build(args: &mut LayerArgs, vars: Vec<HostTensor>, device: &Device) -> Result<Self> {
+        let filters = args.take_usize("filters", None)?;
+        let kernel_size = args.take_usize("kernel_size", None)?;
+        let stride = args.take_usize("strides", Some(1))?;
+        let dilation = args.take_usize("dilation_rate", Some(1))?;
+        let groups = args.take_usize("groups", Some(1))?;
+        let padding = args.take_choice("padding", "valid", &["valid", "same", "causal"])?;
+        let channels_last = args.take_channels_last()?;
+        let use_bias = args.take_bool("use_bias", true)?;
+        let activation =
+            Activation::from_keras(&args.take("activation")).map_err(|e| args.error(format!("activation: {e}")))?;
+        if stride > 1 && dilation > 1 {
+            return Err(args.error("strides > 1 with dilation_rate > 1: Keras refuses this too"));
+        }
+        let mut vars = VarReader::new(&args.what, vars);
+        let kernel = vars.next("kernel", &[Some(kernel_size), None, Some(filters)])?;
+        let bias =
+            if use_bias { Some(vars.next("bias", &[Some(filters)])?.to_tensor::<1>("bias", device)?) } else { None };
+        vars.finish()?;
+        // (k, in/g, out) -> (out, in/g, k)
+        let weight = kernel.to_tensor::<3>("kernel", device)?.permute([2, 1, 0]);
+        Ok(Self {
+            weight: Param::from_tensor(weight),
+            bias: bias.map(Param::from_tensor),
+            stride,
+            dilation,
+            groups,
+            padding,
+            channels_last,
+            activation,
+        })
+    }
+
+    pub fn call(&self, call: &Call) -> Result<Vec<Value>> {
+        let x = call.tensor(0, "inputs")?.tensor.rank_n::<3>("Conv1D's input [B, L, C]")?;
+        let x = if self.channels_last { x.swap_dims(1, 2) } else { x }; // [B, C, L]
+        let [_, channels, length] = x.dims();
+        let [_, per_group, kernel] = self.weight.dims();
+        if channels != per_group * self.groups {
+            return Err(call.error(format!("{channels} input channels, the kernel takes {}", per_group * self.groups)));
+        }
+        let reach = (kernel - 1) * self.dilation + 1;
+        let (left, right) = match self.padding.as_str() {
+            "same" => {
+                let out = length.div_ceil(self.stride);
+                let total = ((out - 1) * self.stride + reach).saturating_sub(length);
+                (total / 2, total - total / 2)
+            }
+            "causal" => (reach - 1, 0),
+            _ => (0, 0),
+        };
+        if length + left + right < reach {
+            return Err(call.error(format!("a sequence of {length} is shorter than the kernel's reach {reach}")));
+        }
+        let options = ConvOptions::new([self.stride], [0], [self.dilation], self.groups);
+        let options = ConvOptions { padding: [(left, right)], ..options };
+        let y = conv1d(x, self.weight.val(), self.bias.as_ref().map(|b| b.val()), options); // [B, F, L']
+        let y = if self.channels_last { y.swap_dims(1, 2) } else { y };
+        // Conv1D does not support masking.
+        Ok(vec![Value::float(self.activation.apply(DynTensor::from(y)))])
+    }
+}

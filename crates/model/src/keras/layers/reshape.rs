@@ -1,0 +1,95 @@
+//! Layers that move values without computing: `Flatten`, `Reshape`, `Permute`, `RepeatVector`.
+//! None of them supports masking: a mask stops here, as in Keras.
+
+use super::Call;
+use crate::error::Result;
+use crate::keras::config::LayerArgs;
+use crate::keras::value::Value;
+
+#[derive(Debug, Clone)]
+pub enum Reshape {
+    /// `Flatten(data_format)`: channels-first inputs are moved to channels-last first.
+    Flatten {
+        channels_last: bool,
+    },
+    /// `Reshape(target_shape)`, one entry may be -1; the batch axis is kept.
+    Reshape {
+        target: Vec<i64>,
+    },
+    /// `Permute(dims)`: 1-based, the batch axis stays first.
+    Permute {
+        dims: Vec<usize>,
+    },
+    RepeatVector {
+        n: usize,
+    },
+}
+
+impl Reshape {
+    pub fn build(class: &str, args: &mut LayerArgs) -> Result<Option<Self>> {
+        Ok(Some(match class {
+            "Flatten" => Self::Flatten { channels_last: args.take_channels_last()? },
+            "Reshape" => Self::Reshape {
+                target: args.take_ints("target_shape")?.ok_or_else(|| args.error("target_shape is missing"))?,
+            },
+            "Permute" => {
+                let dims = args.take_ints("dims")?.ok_or_else(|| args.error("dims is missing"))?;
+                let n = dims.len() as i64;
+                let mut seen = vec![false; dims.len()];
+                if dims.iter().any(|&d| d < 1 || d > n || std::mem::replace(&mut seen[d as usize - 1], true)) {
+                    return Err(args.error(format!("dims = {dims:?} is not a permutation of 1..={n}")));
+                }
+                Self::Permute { dims: dims.into_iter().map(|d| d as usize).collect() }
+            }
+            "RepeatVector" => Self::RepeatVector { n: args.take_usize("n", None)? },
+            _ => return Ok(None),
+        }))
+    }
+
+    pub fn call(&self, call: &Call) -> Result<Vec<Value>> {
+        let x = call.tensor(0, "inputs")?;
+        let shape = x.shape();
+        let batch = shape[0];
+        let tensor = match self {
+            Self::Flatten { channels_last } => {
+                let mut t = x.tensor;
+                if !channels_last && shape.len() > 2 {
+                    let order: Vec<usize> =
+                        std::iter::once(0).chain(2..shape.len()).chain(std::iter::once(1)).collect();
+                    t = t.permute(&order)?;
+                }
+                t.reshape(&[batch, shape[1..].iter().product()])?
+            }
+            Self::Reshape { target } => {
+                let known: usize = target.iter().filter(|&&d| d > 0).map(|&d| d as usize).product();
+                let total: usize = shape[1..].iter().product();
+                let free = target.iter().filter(|&&d| d < 0).count();
+                if free > 1
+                    || known == 0
+                    || (free == 0 && known != total)
+                    || (free == 1 && !total.is_multiple_of(known))
+                {
+                    return Err(call.error(format!("cannot reshape {:?} to target_shape {target:?}", &shape[1..])));
+                }
+                let dims: Vec<usize> = std::iter::once(batch)
+                    .chain(target.iter().map(|&d| if d < 0 { total / known } else { d as usize }))
+                    .collect();
+                x.tensor.reshape(&dims)?
+            }
+            Self::Permute { dims } => {
+                if dims.len() + 1 != shape.len() {
+                    return Err(call.error(format!("dims {dims:?} for an input of shape {shape:?}")));
+                }
+                let order: Vec<usize> = std::iter::once(0).chain(dims.iter().copied()).collect();
+                x.tensor.permute(&order)?
+            }
+            Self::RepeatVector { n } => {
+                if shape.len() != 2 {
+                    return Err(call.error(format!("an input of shape {shape:?}; RepeatVector takes [B, D]")));
+                }
+                x.tensor.expand_dims(1)?.broadcast_to(&[batch, *n, shape[1]])?
+            }
+        };
+        Ok(vec![Value::float(tensor)])
+    }
+}

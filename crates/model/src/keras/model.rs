@@ -1,0 +1,202 @@
+//! [`KerasModel`]: a whole Keras 3 model, built from its `.keras` archive at run time, as one
+//! Burn module (every layer's variables are its parameters, so it trains on any backend).
+
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+
+use burn::module::Module;
+use burn::tensor::Device;
+use serde_json::Value as Json;
+
+use super::graph::{Arg, Graph, InputSpec};
+use super::layers::{Call, Input, Layer};
+use super::saved::SavedWeights;
+use super::value::{DType, DynTensor, Value};
+use crate::error::{ModelError, Result};
+use crate::weights::HostTensor;
+
+/// A Keras model: its layers as Burn modules and its graph of calls.
+#[derive(Module, Debug)]
+pub struct KerasModel {
+    /// One entry per layer of the graph ([`Graph::layers`]), operations included.
+    pub layers: Vec<Layer>,
+    #[module(skip)]
+    pub graph: Arc<Graph>,
+}
+
+/// The outputs of a call, and optionally every node's first output (for finding where a port
+/// goes wrong).
+pub struct ModelOutputs {
+    pub outputs: Vec<Value>,
+    /// `(node label, its first output)` in execution order, when asked for.
+    pub nodes: Vec<(String, Value)>,
+}
+
+impl KerasModel {
+    /// Reads a `.keras` archive and builds every layer on `device`.
+    pub fn from_file(path: &Path, device: &Device) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| ModelError::file(path, e))?;
+        if !bytes.starts_with(b"PK") {
+            return Err(ModelError::file(
+                path,
+                "not a .keras archive (a zip file); a whole model needs the archive's config.json",
+            ));
+        }
+        let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
+            .map_err(|e| ModelError::file(path, format!("not a readable zip archive: {e}")))?;
+        let mut member = |name: &str| -> Result<Vec<u8>> {
+            let mut file =
+                archive.by_name(name).map_err(|e| ModelError::file(path, format!("archive member {name}: {e}")))?;
+            let mut out = Vec::new();
+            file.read_to_end(&mut out).map_err(|e| ModelError::file(path, format!("archive member {name}: {e}")))?;
+            Ok(out)
+        };
+        let config: Json = serde_json::from_slice(&member("config.json")?)
+            .map_err(|e| ModelError::file(path, format!("config.json: {e}")))?;
+        let h5 = hdf5_pure::File::from_bytes(member("model.weights.h5")?)
+            .map_err(|e| ModelError::file(path, format!("model.weights.h5 is not a readable HDF5 file: {e}")))?;
+        let graph = Graph::from_config(path, &config)?;
+        let saved = SavedWeights::new(path, h5);
+        let layers = graph
+            .layers
+            .iter()
+            .map(|spec| {
+                if spec.config.get("layers").is_some() {
+                    // A nested model: its inner layers are in the graph already.
+                    return Ok(Layer::Stateless(super::layers::Stateless {
+                        kind: super::layers::StatelessKind::Input,
+                    }));
+                }
+                Layer::build(path, spec, &saved, device).map_err(|e| match e {
+                    ModelError::File { .. } => e,
+                    other => ModelError::file(path, format!("layer {} ({}): {other}", spec.name, spec.class_name)),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { layers, graph: Arc::new(graph) })
+    }
+
+    /// The model's inputs, in the order `forward` takes them.
+    pub fn inputs(&self) -> &[InputSpec] {
+        &self.graph.inputs
+    }
+
+    /// The output layers' names, in the order `forward` returns them.
+    pub fn output_names(&self) -> Vec<String> {
+        self.graph.outputs.iter().map(|(name, _)| name.clone()).collect()
+    }
+
+    /// Runs the model on `inputs` (in [`Self::inputs`]' order), in inference or training mode.
+    pub fn forward(&self, inputs: Vec<DynTensor>, training: bool) -> Result<Vec<Value>> {
+        Ok(self.run(inputs, training, false)?.outputs)
+    }
+
+    /// [`Self::forward`] on host tensors, outputs back on the host.
+    pub fn predict(&self, inputs: &[HostTensor], device: &Device) -> Result<Vec<HostTensor>> {
+        let tensors = inputs.iter().map(|h| DynTensor::from_host(h, device)).collect::<Result<Vec<_>>>()?;
+        Ok(self.forward(tensors, false)?.into_iter().map(|v| v.tensor.to_host()).collect())
+    }
+
+    /// Runs the graph; with `keep_nodes`, also returns every node's first output.
+    pub fn run(&self, inputs: Vec<DynTensor>, training: bool, keep_nodes: bool) -> Result<ModelOutputs> {
+        let graph = &self.graph;
+        if inputs.len() != graph.inputs.len() {
+            return Err(ModelError::InvalidConfig {
+                field: "inputs",
+                value: inputs.len().to_string(),
+                reason: format!(
+                    "the model takes {} inputs: {:?}",
+                    graph.inputs.len(),
+                    graph.inputs.iter().map(|i| &i.name).collect::<Vec<_>>()
+                ),
+            });
+        }
+        let mut values: Vec<Option<Vec<Value>>> = vec![None; graph.nodes.len()];
+        for (spec, tensor) in graph.inputs.iter().zip(inputs) {
+            check_input_shape(spec, &tensor.shape())?;
+            let dtype = DType::parse(&spec.dtype).unwrap_or(DType::Float);
+            values[spec.node] = Some(vec![Value::new(tensor, dtype)]);
+        }
+        let mut nodes = Vec::new();
+        for (index, node) in graph.nodes.iter().enumerate() {
+            if values[index].is_none() {
+                let what = format!("layer {} ({})", node.label, graph.layer_of(node).class_name);
+                let resolve = |arg: &Arg| resolve(arg, &values, &what);
+                let args = node.args.iter().map(resolve).collect::<Result<Vec<_>>>()?;
+                let kwargs =
+                    node.kwargs.iter().map(|(k, a)| Ok((k.clone(), resolve(a)?))).collect::<Result<Vec<_>>>()?;
+                let previous_mask = match kwargs.iter().find(|(k, _)| k == "mask") {
+                    Some((_, Input::Tensor(mask))) => Some(mask.tensor.clone()),
+                    _ => match args.first() {
+                        Some(Input::Tensor(first)) => first.mask.clone(),
+                        _ => None,
+                    },
+                };
+                let call = Call { what: &what, args, kwargs, training, previous_mask };
+                let outputs = self.layers[node.layer].call(&call)?;
+                values[index] = Some(outputs);
+                if matches!(self.layers[node.layer], Layer::Attention(_)) {
+                    // Keras' MultiHeadAttention takes the masks off its input tensors
+                    // (`set_keras_mask(query, None)`): later readers of them see none.
+                    for port in node.args.iter().chain(node.kwargs.iter().map(|(_, a)| a)).flat_map(Arg::ports) {
+                        if let Some(value) = values[port.node].as_mut().and_then(|v| v.get_mut(port.index)) {
+                            value.mask = None;
+                        }
+                    }
+                }
+            }
+            if keep_nodes && let Some(first) = values[index].as_ref().and_then(|v| v.first()) {
+                nodes.push((node.label.clone(), first.clone()));
+            }
+        }
+        let outputs = graph
+            .outputs
+            .iter()
+            .map(|(name, port)| {
+                values[port.node].as_ref().and_then(|v| v.get(port.index)).cloned().ok_or_else(|| {
+                    ModelError::InvalidConfig {
+                        field: "outputs",
+                        value: name.clone(),
+                        reason: format!("layer {name} has no output {}", port.index),
+                    }
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ModelOutputs { outputs, nodes })
+    }
+}
+
+/// A recorded argument with the values computed so far.
+fn resolve(arg: &Arg, values: &[Option<Vec<Value>>], what: &str) -> Result<Input> {
+    Ok(match arg {
+        Arg::Tensor(port) => {
+            Input::Tensor(values[port.node].as_ref().and_then(|v| v.get(port.index)).cloned().ok_or_else(|| {
+                ModelError::InvalidConfig {
+                    field: "graph",
+                    value: what.to_string(),
+                    reason: format!("reads output {} of a node that has none", port.index),
+                }
+            })?)
+        }
+        Arg::List(items) => Input::List(items.iter().map(|a| resolve(a, values, what)).collect::<Result<_>>()?),
+        Arg::Const(c) => Input::Const(c.clone()),
+    })
+}
+
+/// The input's shape against the input layer's `batch_shape` (`None` entries: any size).
+fn check_input_shape(spec: &InputSpec, shape: &[usize]) -> Result<()> {
+    let fits =
+        spec.shape.len() == shape.len() && spec.shape.iter().zip(shape).all(|(want, got)| *want == 0 || want == got);
+    if !fits {
+        return Err(ModelError::InvalidConfig {
+            field: "inputs",
+            value: spec.name.clone(),
+            reason: format!(
+                "shape {shape:?}, the input layer takes {:?}",
+                spec.shape.iter().map(|d| if *d == 0 { "None".to_string() } else { d.to_string() }).collect::<Vec<_>>()
+            ),
+        });
+    }
+    Ok(())
+}
