@@ -446,6 +446,6 @@ fn predict_refuses_an_unsupported_layer_with_status_1_and_no_file() {
     ]);
     assert_eq!(output.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("layer double (Lambda)"), "{stderr}");
+    assert!(stderr.contains("layer double (Lambda, called on "), "{stderr}");
     assert!(!out.exists());
 }

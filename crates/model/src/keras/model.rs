@@ -68,7 +68,8 @@ impl KerasModel {
                         kind: super::layers::StatelessKind::Input,
                     }));
                 }
-                Layer::build(path, spec, &saved, device).map_err(|e| match e {
+                let place = place_in_graph(&graph, spec);
+                Layer::build(path, spec, &saved, device, &place).map_err(|e| match e {
                     ModelError::File { .. } => e,
                     other => ModelError::file(path, format!("layer {} ({}): {other}", spec.name, spec.class_name)),
                 })
@@ -165,6 +166,21 @@ impl KerasModel {
             .collect::<Result<Vec<_>>>()?;
         Ok(ModelOutputs { outputs, nodes })
     }
+}
+
+/// Where a layer sits: what its first call reads, for errors (`called on embedding, dense`).
+fn place_in_graph(graph: &Graph, spec: &super::graph::LayerSpec) -> String {
+    let Some(node) = graph.nodes.iter().find(|n| graph.layers[n.layer].name == spec.name) else {
+        return "not on a path to an output".to_string();
+    };
+    let sources: Vec<&str> = node
+        .args
+        .iter()
+        .chain(node.kwargs.iter().map(|(_, a)| a))
+        .flat_map(Arg::ports)
+        .map(|p| graph.nodes[p.node].label.as_str())
+        .collect();
+    format!("called on {}", if sources.is_empty() { "nothing".to_string() } else { sources.join(", ") })
 }
 
 /// A recorded argument with the values computed so far.

@@ -155,7 +155,7 @@ pub const SUPPORTED: &str = "InputLayer, Dense, EinsumDense, MultiHeadAttention,
 
 impl Layer {
     /// The layer described by `spec`, its variables read from `saved`.
-    pub fn build(file: &Path, spec: &LayerSpec, saved: &SavedWeights, device: &Device) -> Result<Self> {
+    pub fn build(file: &Path, spec: &LayerSpec, saved: &SavedWeights, device: &Device, place: &str) -> Result<Self> {
         let mut args = LayerArgs::new(file, &spec.name, &spec.class_name, &spec.config);
         if spec.is_operation() {
             let op = Operation::from_config(&spec.class_name, &mut args)?;
@@ -190,7 +190,7 @@ impl Layer {
                 } else if let Some(kind) = merge::Merge::build(class, &mut args)? {
                     Self::stateless(StatelessKind::Merge(kind))
                 } else {
-                    return Err(unsupported(file, spec));
+                    return Err(unsupported(file, spec, place));
                 }
             }
         };
@@ -226,7 +226,7 @@ impl Layer {
 }
 
 /// The error for a class outside the supported set: its name, class and place in the graph.
-fn unsupported(file: &Path, spec: &LayerSpec) -> ModelError {
+fn unsupported(file: &Path, spec: &LayerSpec, place: &str) -> ModelError {
     let kind = match spec.class_name.as_str() {
         "Lambda" => "a Lambda layer (Python code, which a file cannot carry)".to_string(),
         _ if !spec.module.starts_with("keras") => format!(
@@ -238,7 +238,7 @@ fn unsupported(file: &Path, spec: &LayerSpec) -> ModelError {
     ModelError::file(
         file,
         format!(
-            "layer {} ({}) is {kind}. Supported: {SUPPORTED}. `cargo xtask convert FILE --layer NAME` still converts the file's attention layers one by one",
+            "layer {} ({}, {place}) is {kind}. Supported: {SUPPORTED}. `cargo xtask convert FILE --layer NAME` still converts the file's attention layers one by one",
             spec.name, spec.class_name
         ),
     )
