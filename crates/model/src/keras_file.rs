@@ -104,6 +104,19 @@ pub fn scan_keras_file(path: &Path) -> Result<Vec<KerasFileEntry>> {
 
 /// A `.keras` archive: the attention layers its config names, with the variables at their paths.
 fn read_archive(path: &Path, bytes: Vec<u8>) -> Result<Vec<KerasFileEntry>> {
+    let (config, weights) = open_archive(path, bytes)?;
+    let mut layers = Vec::new();
+    walk_config(path, &config, "", &weights, &mut layers)?;
+    // Attention layers held as attributes of custom layers have no entry in the config's layer
+    // lists; the weights' layout still finds them (the layers found above, readable or not, are
+    // not read again: a refused argument is not bypassed by reading the sizes alone).
+    let known: Vec<String> = layers.iter().map(|l| l.path.clone()).collect();
+    find_by_layout(path, &weights, "", 0, &known, &mut 0, &mut layers)?;
+    Ok(layers)
+}
+
+/// A `.keras` archive's `config.json` and `model.weights.h5`, each read or a file error.
+pub(crate) fn open_archive(path: &Path, bytes: Vec<u8>) -> Result<(Value, hdf5_pure::File)> {
     let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
         .map_err(|e| ModelError::file(path, format!("not a readable zip archive: {e}")))?;
     let mut member = |name: &str| -> Result<Vec<u8>> {
@@ -117,14 +130,7 @@ fn read_archive(path: &Path, bytes: Vec<u8>) -> Result<Vec<KerasFileEntry>> {
         .map_err(|e| ModelError::file(path, format!("config.json: {e}")))?;
     let weights = hdf5_pure::File::from_bytes(member("model.weights.h5")?)
         .map_err(|e| ModelError::file(path, format!("model.weights.h5 is not a readable HDF5 file: {e}")))?;
-    let mut layers = Vec::new();
-    walk_config(path, &config, "", &weights, &mut layers)?;
-    // Attention layers held as attributes of custom layers have no entry in the config's layer
-    // lists; the weights' layout still finds them (the layers found above, readable or not, are
-    // not read again: a refused argument is not bypassed by reading the sizes alone).
-    let known: Vec<String> = layers.iter().map(|l| l.path.clone()).collect();
-    find_by_layout(path, &weights, "", 0, &known, &mut 0, &mut layers)?;
-    Ok(layers)
+    Ok((config, weights))
 }
 
 /// Walks a model config's layer list (and the lists of nested models), recording every

@@ -1,13 +1,11 @@
 //! [`KerasModel`]: a whole Keras 3 model, built from its `.keras` archive at run time, as one
 //! Burn module (every layer's variables are its parameters, so it trains on any backend).
 
-use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
 use burn::module::Module;
 use burn::tensor::Device;
-use serde_json::Value as Json;
 
 use super::graph::{Arg, Graph, InputSpec};
 use super::layers::{Call, Input, Layer};
@@ -43,19 +41,7 @@ impl KerasModel {
                 "not a .keras archive (a zip file); a whole model needs the archive's config.json",
             ));
         }
-        let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
-            .map_err(|e| ModelError::file(path, format!("not a readable zip archive: {e}")))?;
-        let mut member = |name: &str| -> Result<Vec<u8>> {
-            let mut file =
-                archive.by_name(name).map_err(|e| ModelError::file(path, format!("archive member {name}: {e}")))?;
-            let mut out = Vec::new();
-            file.read_to_end(&mut out).map_err(|e| ModelError::file(path, format!("archive member {name}: {e}")))?;
-            Ok(out)
-        };
-        let config: Json = serde_json::from_slice(&member("config.json")?)
-            .map_err(|e| ModelError::file(path, format!("config.json: {e}")))?;
-        let h5 = hdf5_pure::File::from_bytes(member("model.weights.h5")?)
-            .map_err(|e| ModelError::file(path, format!("model.weights.h5 is not a readable HDF5 file: {e}")))?;
+        let (config, h5) = crate::keras_file::open_archive(path, bytes)?;
         let graph = Graph::from_config(path, &config)?;
         let saved = SavedWeights::new(path, h5);
         let layers = graph
