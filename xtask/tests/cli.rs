@@ -295,13 +295,11 @@ fn convert_carries_the_dropout_rate_into_the_torch_module() {
     let config = KerasMhaConfig::new(4, 2, 8).with_dropout(0.1);
     let dims = config.dims().unwrap();
     let mut weights = WeightMap::new();
-    let mut value = 0.0f32;
+    let mut seed = 0;
     let mut tensor = |shape: Vec<usize>| {
-        let data = (0..shape.iter().product::<usize>()).map(|_| {
-            value += 0.37;
-            value.sin() * 0.5
-        });
-        HostTensor::new(shape.clone(), data.collect())
+        seed += 1;
+        let data = kernels::testing::values(shape.iter().product(), seed).into_iter().map(|x| x * 0.5);
+        HostTensor::new(shape, data.collect())
     };
     for (name, shape) in ["query", "key", "value", "attention_output"].into_iter().zip(dims.kernel_shapes()) {
         weights.insert(format!("{name}.kernel"), tensor(shape.to_vec()));
