@@ -23,10 +23,14 @@ pub struct Args {
     /// Output file (default: <run>/export/<format>.<ext>).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Folder of the task's cached data, for the probe batch (default: datasets/task).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let path = export(&args.run, args.format, args.out, &train::paths::task_data_dir())?;
+    let data_dir = args.data_dir.unwrap_or_else(train::paths::task_data_dir);
+    let path = export(&args.run, args.format, args.out, &data_dir)?;
     println!("wrote {}", path.display());
     if args.format == Format::Keras {
         let stem = path.with_extension("");

@@ -37,13 +37,16 @@ pub struct Args {
     /// Folder for runs/<name>/.
     #[arg(long, default_value = "runs")]
     runs_dir: PathBuf,
+    /// Folder of the task's cached data (default: datasets/task).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
     let config = RunConfig::load(args.config.config.as_deref(), &args.config.overrides)?;
     let options = RunOptions {
         runs_dir: args.runs_dir,
-        data_dir: train::paths::task_data_dir(),
+        data_dir: args.data_dir.unwrap_or_else(train::paths::task_data_dir),
         resume: args.resume,
         stop_after: args.stop_after,
         progress: true,

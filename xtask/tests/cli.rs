@@ -97,8 +97,9 @@ fn bad_config_is_a_one_line_error_not_a_panic() {
 fn train_then_export_and_verify_the_export() {
     let dir = scratch("train");
     let tiny = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/tiny.toml");
-    let runs = dir.join("runs");
-    let out = xtask(&["train", "--config", tiny, "--set", "name=cli", "--runs-dir", runs.to_str().unwrap()]);
+    let (runs, data) = (dir.join("runs"), dir.join("data"));
+    let (runs_dir, data_dir) = (runs.to_str().unwrap(), data.to_str().unwrap());
+    let out = xtask(&["train", "--config", tiny, "--set", "name=cli", "--runs-dir", runs_dir, "--data-dir", data_dir]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = stdout(&out);
     assert!(text.contains("--- cli ---") && text.contains("loss  train"), "{text}");
@@ -111,10 +112,14 @@ fn train_then_export_and_verify_the_export() {
         "keras",
         "--out",
         exported.to_str().unwrap(),
+        "--data-dir",
+        data_dir,
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = xtask(&["verify", exported.to_str().unwrap(), "--backend", "flex"]);
     assert!(out.status.success(), "{}", stdout(&out));
+    assert!(data.read_dir().unwrap().next().is_some(), "the task's data cached under --data-dir");
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 /// `cargo xtask bench --quick` works (a smoke test: nothing about the times is asserted).
@@ -295,13 +300,11 @@ fn convert_carries_the_dropout_rate_into_the_torch_module() {
     let config = KerasMhaConfig::new(4, 2, 8).with_dropout(0.1);
     let dims = config.dims().unwrap();
     let mut weights = WeightMap::new();
-    let mut value = 0.0f32;
+    let mut seed = 0;
     let mut tensor = |shape: Vec<usize>| {
-        let data = (0..shape.iter().product::<usize>()).map(|_| {
-            value += 0.37;
-            value.sin() * 0.5
-        });
-        HostTensor::new(shape.clone(), data.collect())
+        seed += 1;
+        let data = kernels::testing::values(shape.iter().product(), seed).into_iter().map(|x| x * 0.5);
+        HostTensor::new(shape, data.collect())
     };
     for (name, shape) in ["query", "key", "value", "attention_output"].into_iter().zip(dims.kernel_shapes()) {
         weights.insert(format!("{name}.kernel"), tensor(shape.to_vec()));

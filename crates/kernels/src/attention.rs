@@ -896,15 +896,9 @@ mod tests {
     use crate::bias::FloatBias;
     use crate::mask::BoolMask;
 
-    /// A small deterministic generator, enough for test inputs.
+    /// Test inputs in `[-2, 2)`: the shared values, doubled (exactly).
     fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        (0..n)
-            .map(|_| {
-                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                ((state >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-            })
-            .collect()
+        crate::testing::values(n, seed).into_iter().map(|x| x * 2.0).collect()
     }
 
     /// Textbook attention in float64 with explicit probabilities, and its gradients, on

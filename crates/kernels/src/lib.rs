@@ -24,6 +24,8 @@ pub mod gemm;
 pub mod mask;
 pub mod ops;
 pub mod simd;
+#[doc(hidden)]
+pub mod testing;
 mod tile;
 pub mod tuning;
 

@@ -1,14 +1,16 @@
 //! Scaled dot-product attention over heads, shared by the Keras-exact and the torch-style modules.
 //!
-//! The two libraries agree on everything here except what a query row with no allowed key gets,
-//! which is a parameter ([`FullyMaskedRows`]).
+//! A layer projects its inputs, folds its library's masks into one [`AttentionCall`] and runs it:
+//! the call picks its [`AttentionPath`] and runs it, so the choice among the paths is made here
+//! only. The two libraries agree on everything here except what a query row with no allowed key
+//! gets ([`FullyMaskedRows`]) and which probabilities a call returns ([`Probs`]), both parameters.
 
 use burn::tensor::activation::softmax;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, Device, Distribution, Tensor, TensorData};
 
-use kernels::KeepMask;
+use kernels::{BoolMask, FloatBias, FusedCall, KeepMask};
 
 /// The logit given to a blocked (query, key) pair.
 ///
@@ -58,6 +60,158 @@ impl AttentionPath {
             _ if kernels::supports(device) => Self::Kernel,
             _ if !call.probs && !call.dropout && !call.autodiff && call.burn_masks_match => Self::BurnFused,
             _ => Self::Exact,
+        }
+    }
+}
+
+/// Which probabilities a call returns beside its context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probs {
+    /// None.
+    None,
+    /// The probabilities before dropout (Keras' returned scores).
+    BeforeDropout,
+    /// The probabilities after dropout, those that multiplied the values (torch's returned weights).
+    AfterDropout,
+}
+
+/// One attention call, described completely: `softmax(scale · q kᵀ + bias, mask) v` per head,
+/// with each library's masks already folded into `allowed`, `causal` and `bias`.
+#[derive(Debug, Clone)]
+pub struct AttentionCall {
+    /// `[B, T, h, dk]` (heads last, the projections' layout).
+    pub q: Tensor<4>,
+    /// `[B, S, h, dk]`.
+    pub k: Tensor<4>,
+    /// `[B, S, h, dv]`.
+    pub v: Tensor<4>,
+    /// What the logits are multiplied by; the query is scaled before the product, as Keras and
+    /// torch do.
+    pub scale: f32,
+    /// The allowed pairs, true = query `t` may attend key `s`, `[B|1, h|1, T|1, S]`; `None` = all.
+    pub allowed: Option<Tensor<4, Bool>>,
+    /// Keras' and torch's top-left causal rule (key `s > t` blocked for query `t`), ANDed with
+    /// `allowed`.
+    pub causal: bool,
+    /// Finite values added to the scaled logits, `[B|1, h|1, T, S]` (torch's float `attn_mask`,
+    /// whose `-inf` entries belong in `allowed`).
+    pub bias: Option<Tensor<4>>,
+    /// What a query row with no allowed key gets.
+    pub rows: FullyMaskedRows,
+    /// Dropout on the probabilities ([`probs_dropout`]).
+    pub dropout: ProbsDropout,
+    /// Which probabilities the call returns.
+    pub probs: Probs,
+}
+
+impl AttentionCall {
+    /// The fastest path that computes this call on its tensors' device.
+    pub fn fastest_path(&self) -> AttentionPath {
+        let traits = CallTraits {
+            autodiff: self.q.is_autodiff(),
+            dropout: self.dropout.is_some(),
+            probs: self.probs != Probs::None,
+            // burn's op takes no bias and zeroes fully masked rows, which only a mask can make
+            // (the causal rule always allows key 0).
+            burn_masks_match: self.bias.is_none() && (self.allowed.is_none() || self.rows == FullyMaskedRows::Zero),
+        };
+        AttentionPath::fastest(&self.q.device(), traits)
+    }
+
+    /// Runs the call on `path`, or on [`AttentionCall::fastest_path`] when `None`. Returns the
+    /// context `[B, T, h, dv]` (heads last) and, when asked for, the probabilities `[B, h, T, S]`.
+    pub fn run(self, path: Option<AttentionPath>) -> (Tensor<4>, Option<Tensor<4>>) {
+        match path.unwrap_or_else(|| self.fastest_path()) {
+            // In inference the kernel returns the probabilities too (before dropout, which
+            // are the ones returned after it when there is none).
+            AttentionPath::Kernel
+                if self.probs != Probs::None
+                    && !self.q.is_autodiff()
+                    && (self.probs == Probs::BeforeDropout || self.dropout.is_none()) =>
+            {
+                let call = self.fused_call();
+                let (context, probs) = kernels::fused_attention_with_probs(self.q, self.k, self.v, call); // [B, T, h, dv], [B, h, T, S]
+                (context, Some(probs))
+            }
+            // In training they come from a masked softmax beside the kernel, differentiable; the
+            // kernel's keep-mask is drawn here too.
+            AttentionPath::Kernel => {
+                let probs = (self.probs != Probs::None).then(|| {
+                    let probs = masked_softmax(self.logits(), self.blocked(), self.rows); // [B, h, T, S]
+                    match self.probs {
+                        Probs::AfterDropout => dropout_probs(probs, self.dropout),
+                        _ => probs,
+                    }
+                });
+                let call = self.fused_call();
+                (kernels::fused_attention(self.q, self.k, self.v, call), probs) // [B, T, h, dv]
+            }
+            AttentionPath::BurnFused => {
+                let blocked = self.blocked();
+                (burn_fused_attention(self.q, self.k, self.v, blocked), None) // [B, T, h, dv]
+            }
+            AttentionPath::Exact => {
+                let (logits, blocked) = (self.logits(), self.blocked()); // [B, h, T, S]
+                let v = transpose_heads(self.v); // [B, h, S, dv]
+                let (context, probs) = match self.probs {
+                    Probs::AfterDropout => {
+                        let probs = dropout_probs(masked_softmax(logits, blocked, self.rows), self.dropout); // [B, h, T, S]
+                        (probs.clone().matmul(v), Some(probs)) // [B, h, T, dv]
+                    }
+                    wanted => attend(logits, v, blocked, self.rows, self.dropout, wanted == Probs::BeforeDropout),
+                };
+                (transpose_heads(context), probs) // [B, T, h, dv]
+            }
+        }
+    }
+
+    /// `[B, h, T, S]`, the sizes of the call's scores.
+    fn score_shape(&self) -> [usize; 4] {
+        let [batch, query_len, heads, _] = self.q.dims();
+        [batch, heads, query_len, self.k.dims()[1]]
+    }
+
+    /// The call for the fused kernel.
+    fn fused_call(&self) -> FusedCall {
+        FusedCall {
+            scale: self.scale,
+            allowed: self.allowed.clone().map(BoolMask::from_tensor),
+            causal: self.causal,
+            rows: self.rows,
+            dropout: self.dropout,
+            bias: self.bias.clone().map(|bias| FloatBias {
+                dims: bias.dims(),
+                values: bias.into_data().convert::<f32>().try_into_vec::<f32>().expect("converted to float32"),
+            }),
+        }
+    }
+
+    /// The blocked pairs `[B, h, T, S]`, true = may NOT attend, for the decomposed paths; `None`
+    /// when nothing is blocked.
+    fn blocked(&self) -> Option<Tensor<4, Bool>> {
+        let shape @ [_, _, query_len, source_len] = self.score_shape();
+        let from_mask = self.allowed.clone().map(|allowed| allowed.bool_not()); // [B|1, h|1, T|1, S]
+        // tril_mask is true strictly above the diagonal: key s > query t.
+        let from_causal = self
+            .causal
+            .then(|| Tensor::<2, Bool>::tril_mask([query_len, source_len], 0, &self.q.device()).unsqueeze::<4>()); // [1, 1, T, S]
+        let blocked = match (from_mask, from_causal) {
+            (Some(mask), Some(causal)) => {
+                let [mask_batch, mask_heads, _, _] = mask.dims();
+                let both = [mask_batch, mask_heads, query_len, source_len];
+                mask.expand(both).bool_or(causal.expand(both))
+            }
+            (mask, causal) => mask.or(causal)?,
+        }; // [B|1, h|1, T|1, S]
+        Some(blocked.expand(shape)) // [B, h, T, S]
+    }
+
+    /// The scaled logits plus the bias, `[B, h, T, S]`, for the decomposed paths.
+    fn logits(&self) -> Tensor<4> {
+        let logits = scaled_logits(self.q.clone(), self.k.clone(), self.scale); // [B, h, T, S]
+        match &self.bias {
+            Some(bias) => logits + bias.clone().expand(self.score_shape()),
+            None => logits,
         }
     }
 }

@@ -367,3 +367,8 @@ impl From<&HostTensor> for Mat {
         Mat::new(rows, cols, t.data.iter().map(|&x| x as f64).collect())
     }
 }
+
+/// The README's example (this module's API) as a doctest: `cargo test --doc` compiles and runs it.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;

@@ -41,11 +41,10 @@ use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::activation::sigmoid;
 use burn::tensor::{Bool, Device, Tensor, TensorData};
-use kernels::{BoolMask, FusedCall, linear_forward};
+use kernels::linear_forward;
 
 use crate::attention::{
-    AttentionPath, CallTraits, FullyMaskedRows, attend, burn_fused_attention, fresh_seed, masked_softmax, merge_heads,
-    probs_dropout, scaled_logits, split_heads, transpose_heads,
+    AttentionCall, AttentionPath, FullyMaskedRows, Probs, fresh_seed, merge_heads, probs_dropout, split_heads,
 };
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
@@ -554,24 +553,24 @@ impl KerasMha {
     /// The call `layer(query, value, key, attention_mask, use_causal_mask, training,
     /// return_attention_scores)`.
     ///
-    /// Takes the fastest [`AttentionPath`] that computes the call: on the CPU backends every call
-    /// runs the fused kernel, masks, dropout and returned scores included (the scores written by
-    /// the kernel in inference, from a softmax beside it in training);
-    /// elsewhere inference without an attention mask, scores or dropout runs burn's fused op (with
-    /// no attention mask no row is fully masked, so its zeroed rows never show); everything else
-    /// the decomposed path of [`KerasMha::forward_exact`].
+    /// Takes the fastest [`AttentionPath`] that computes the call ([`AttentionCall::fastest_path`]):
+    /// on the CPU backends every call runs the fused kernel, masks, dropout and returned scores
+    /// included (the scores written by the kernel in inference, from a softmax beside it in
+    /// training); elsewhere inference without an attention mask, scores or dropout runs burn's
+    /// fused op (with no attention mask no row is fully masked, so its zeroed rows never show);
+    /// everything else the decomposed path of [`KerasMha::forward_exact`].
     pub fn forward(&self, input: KerasMhaInput) -> Result<KerasMhaOutput> {
         self.check_sequence_axis()?;
         self.check_flash(input.return_attention_scores)?;
         let rows = self.fully_masked_rows(input.return_attention_scores);
-        self.forward_fastest(self.fold_masks(input)?, rows)
+        self.forward_folded(self.fold_masks(input)?, rows, None)
     }
 
     /// The decomposed reference path (explicit logits, masked softmax, two products), for any call.
     pub fn forward_exact(&self, input: KerasMhaInput) -> Result<KerasMhaOutput> {
         self.check_sequence_axis()?;
         let rows = self.fully_masked_rows(input.return_attention_scores);
-        self.forward_path(self.fold_masks(input)?, AttentionPath::Exact, rows)
+        self.forward_folded(self.fold_masks(input)?, rows, Some(AttentionPath::Exact))
     }
 
     /// Keras refuses to return scores from a layer built with `flash_attention`.
@@ -598,23 +597,15 @@ impl KerasMha {
         }
     }
 
-    /// The call on the fastest [`AttentionPath`] for it; `input`'s masks must be folded.
-    pub(crate) fn forward_fastest(&self, input: KerasMhaInput, rows: FullyMaskedRows) -> Result<KerasMhaOutput> {
-        let dropout_active = input.training && self.dropout > 0.0;
-        let call = CallTraits {
-            autodiff: input.query.is_autodiff(),
-            dropout: dropout_active,
-            probs: input.return_attention_scores,
-            burn_masks_match: input.attention_mask.is_none() || rows == FullyMaskedRows::Zero,
-        };
-        let path = AttentionPath::fastest(&input.query.device(), call);
-        self.forward_path(input, path, rows)
-    }
-
-    /// `input`'s masks must be folded ([`KerasMha::fold_masks`]); `rows` is what a query row with
-    /// no allowed key attends to.
-    fn forward_path(&self, input: KerasMhaInput, path: AttentionPath, rows: FullyMaskedRows) -> Result<KerasMhaOutput> {
-        let (batch, query_len, source_len) = self.check_shapes(&input)?;
+    /// The call on `path` (`None`: the fastest for it); `input`'s masks must be folded
+    /// ([`KerasMha::fold_masks`]); `rows` is what a query row with no allowed key attends to.
+    pub(crate) fn forward_folded(
+        &self,
+        input: KerasMhaInput,
+        rows: FullyMaskedRows,
+        path: Option<AttentionPath>,
+    ) -> Result<KerasMhaOutput> {
+        self.check_shapes(&input)?;
         let (h, k) = (self.num_heads, self.key_dim);
         let key_input = input.key.unwrap_or_else(|| input.value.clone());
         let gate = self.gate.as_ref().map(|gate| sigmoid(split_heads(linear_forward(gate, input.query.clone()), h))); // [B, T, h, v]
@@ -630,52 +621,19 @@ impl KerasMha {
         let seed =
             self.seed.filter(|_| rate > 0.0).map(|seed| [seed, self.dropout_calls.fetch_add(1, Ordering::Relaxed)]);
         let dropout = probs_dropout(rate, seed, &q.device());
-        let kernel_call = |attention_mask: Option<Tensor<3, Bool>>| {
-            let allowed = attention_mask.map(|mask| BoolMask::from_tensor(mask.unsqueeze_dim(1))); // [B, 1, T, S]
-            FusedCall { scale, allowed, causal: input.use_causal_mask, rows, dropout, bias: None }
+        let call = AttentionCall {
+            q,
+            k: kk,
+            v,
+            scale,
+            allowed: input.attention_mask.map(|mask| mask.unsqueeze_dim(1)), // [B, 1, T, S]
+            causal: input.use_causal_mask,
+            bias: None,
+            rows,
+            dropout,
+            probs: if input.return_attention_scores { Probs::BeforeDropout } else { Probs::None },
         };
-        let (context, attention_scores) = match path {
-            // In inference the kernel returns the probabilities too.
-            AttentionPath::Kernel if input.return_attention_scores && !q.is_autodiff() => {
-                let call = kernel_call(input.attention_mask);
-                let (context, probs) = kernels::fused_attention_with_probs(q, kk, v, call); // [B, T, h, v], [B, h, T, S]
-                (context, Some(probs))
-            }
-            // In training they come from a masked softmax beside the kernel, differentiable.
-            AttentionPath::Kernel => {
-                let probs = input.return_attention_scores.then(|| {
-                    let blocked = blocked_pairs(
-                        input.attention_mask.clone(),
-                        input.use_causal_mask,
-                        [batch, h, query_len, source_len],
-                        &q.device(),
-                    );
-                    masked_softmax(scaled_logits(q.clone(), kk.clone(), scale), blocked, rows) // [B, h, T, S]
-                });
-                (kernels::fused_attention(q, kk, v, kernel_call(input.attention_mask)), probs) // [B, T, h, v]
-            }
-            AttentionPath::BurnFused => {
-                let blocked = blocked_pairs(
-                    input.attention_mask,
-                    input.use_causal_mask,
-                    [batch, h, query_len, source_len],
-                    &q.device(),
-                );
-                (burn_fused_attention(q, kk, v, blocked), None) // [B, T, h, v]
-            }
-            AttentionPath::Exact => {
-                let blocked = blocked_pairs(
-                    input.attention_mask,
-                    input.use_causal_mask,
-                    [batch, h, query_len, source_len],
-                    &q.device(),
-                );
-                let logits = scaled_logits(q, kk, scale); // [B, h, T, S]
-                let (context, probs) =
-                    attend(logits, transpose_heads(v), blocked, rows, dropout, input.return_attention_scores); // [B, h, T, v], [B, h, T, S]
-                (transpose_heads(context), probs) // [B, T, h, v]
-            }
-        };
+        let (context, attention_scores) = call.run(path); // [B, T, h, v], [B, h, T, S]
         let context = match gate {
             Some(gate) => context * gate, // [B, T, h, v]
             None => context,
@@ -691,8 +649,8 @@ impl KerasMha {
         if return_attention_scores || self.dropout > 0.0 { FullyMaskedRows::Zero } else { FullyMaskedRows::Uniform }
     }
 
-    /// Checks every input against the layer's widths and each other; returns `(B, T, S)`.
-    fn check_shapes(&self, input: &KerasMhaInput) -> Result<(usize, usize, usize)> {
+    /// Checks every input against the layer's widths and each other.
+    fn check_shapes(&self, input: &KerasMhaInput) -> Result<()> {
         let [batch, query_len, query_dim] = input.query.dims();
         let [_, source_len, _] = input.value.dims();
         let expect = |name: &'static str, found: [usize; 3], expected: [usize; 3]| {
@@ -719,7 +677,7 @@ impl KerasMha {
         if let Some(mask) = &input.attention_mask {
             expect("attention_mask", mask.dims(), [batch, query_len, source_len])?;
         }
-        Ok((batch, query_len, source_len))
+        Ok(())
     }
 
     /// The weights in Keras' names and shapes: `query.kernel (Dq, h, k)`, `query.bias (h, k)`, ...,
@@ -783,24 +741,6 @@ impl KerasMha {
     pub fn num_params(&self) -> usize {
         Module::num_params(self)
     }
-}
-
-/// The blocked (query, key) pairs, true = may NOT attend, from a Keras mask (true = may attend)
-/// and the causal rule; `None` when nothing is blocked.
-fn blocked_pairs(
-    attention_mask: Option<Tensor<3, Bool>>, // [B, T, S]
-    causal: bool,
-    [batch, heads, query_len, source_len]: [usize; 4],
-    device: &Device,
-) -> Option<Tensor<4, Bool>> {
-    let from_mask = attention_mask.map(|m| m.bool_not().unsqueeze_dim::<4>(1)); // [B, 1, T, S]
-    // tril_mask is true strictly above the diagonal: key s > query t.
-    let from_causal = causal.then(|| Tensor::<2, Bool>::tril_mask([query_len, source_len], 0, device).unsqueeze::<4>()); // [1, 1, T, S]
-    let blocked = match (from_mask, from_causal) {
-        (Some(m), Some(c)) => m.bool_or(c.expand([batch, 1, query_len, source_len])),
-        (m, c) => m.or(c)?,
-    }; // [B|1, 1, T, S]
-    Some(blocked.expand([batch, heads, query_len, source_len])) // [B, h, T, S]
 }
 
 #[cfg(test)]

@@ -178,7 +178,7 @@ impl KerasMha {
             training: input.training,
             return_attention_scores: input.return_attention_scores,
         };
-        let result = self.forward_fastest(flat, rows)?;
+        let result = self.forward_folded(flat, rows, None)?;
         let batch_sizes = layout.batch.iter().map(|&a| query_dims[a]);
         let attention_scores_shape = batch_sizes
             .chain([self.num_heads])

@@ -26,12 +26,9 @@ use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Initializer, Linear};
 use burn::tensor::{Bool, Device, Tensor};
-use kernels::{BoolMask, FloatBias, FusedCall, linear_forward};
+use kernels::linear_forward;
 
-use crate::attention::{
-    AttentionPath, CallTraits, FullyMaskedRows, ProbsDropout, attend, burn_fused_attention, dropout_probs,
-    masked_softmax, merge_heads, probs_dropout, scaled_logits, split_heads, transpose_heads,
-};
+use crate::attention::{AttentionCall, AttentionPath, FullyMaskedRows, Probs, merge_heads, probs_dropout, split_heads};
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
 use crate::weights::{HostTensor, WeightMap};
@@ -395,25 +392,16 @@ impl TorchMha {
     /// gives fully blocked rows zero attention); everything else the decomposed path of
     /// [`TorchMha::forward_exact`].
     pub fn forward(&self, input: TorchMhaInput) -> Result<TorchMhaOutput> {
-        let input = input.with_causal_hint()?;
-        let dropout_active = input.training && self.dropout > 0.0;
-        let boolean_masks = !matches!(input.attn_mask, Some(AttnMask::Additive(_)));
-        let call = CallTraits {
-            autodiff: input.query.is_autodiff(),
-            dropout: dropout_active,
-            probs: input.need_weights,
-            burn_masks_match: boolean_masks,
-        };
-        let path = AttentionPath::fastest(&input.query.device(), call);
-        self.forward_path(input, path)
+        self.forward_path(input.with_causal_hint()?, None)
     }
 
     /// The decomposed reference path, for any call.
     pub fn forward_exact(&self, input: TorchMhaInput) -> Result<TorchMhaOutput> {
-        self.forward_path(input.with_causal_hint()?, AttentionPath::Exact)
+        self.forward_path(input.with_causal_hint()?, Some(AttentionPath::Exact))
     }
 
-    fn forward_path(&self, input: TorchMhaInput, path: AttentionPath) -> Result<TorchMhaOutput> {
+    /// The call on `path` (`None`: the fastest for it).
+    fn forward_path(&self, input: TorchMhaInput, path: Option<AttentionPath>) -> Result<TorchMhaOutput> {
         let time_first = |x: Tensor<3>| if self.batch_first { x } else { x.swap_dims(0, 1) };
         let (query, key, value) = (time_first(input.query), time_first(input.key), time_first(input.value)); // [B, L, *]
         let (batch, query_len, source_len) = self.check_shapes(&query, &key, &value)?;
@@ -445,53 +433,24 @@ impl TorchMha {
             // The hint replaced attn_mask: SDPA's rule over all S' keys, appended ones included.
             attn_mask = Some(causal_mask(query_len, source_len, &q.device()));
         }
-        // torch scales q by sqrt(1 / head_dim) before the product.
-        let scale = (1.0 / (e / h) as f64).sqrt() as f32;
-        let shape = [batch, h, query_len, source_len];
+        let (allowed, bias) = fold_masks(key_padding_mask, attn_mask, [batch, h, query_len, source_len])?;
         // torch draws its masks from its global generator; this one from the device's.
         let dropout = probs_dropout(if input.training { self.dropout } else { 0.0 }, None, &q.device());
-        let (context, attn_weights) = match path {
-            // In inference the kernel returns the probabilities too.
-            AttentionPath::Kernel if input.need_weights && !q.is_autodiff() && dropout.is_none() => {
-                let call = kernel_call(key_padding_mask, attn_mask, shape, scale, dropout)?;
-                let (context, probs) = kernels::fused_attention_with_probs(q, k, v, call); // [B, T, h, E/h], [B, h, T, S]
-                (context, Some(AttnWeights::of(probs, input.average_attn_weights)))
-            }
-            // In training they come from a masked softmax beside the kernel, differentiable.
-            AttentionPath::Kernel => {
-                let weights = match input.need_weights {
-                    true => {
-                        let (blocked, bias) = blocked_and_bias(key_padding_mask.clone(), attn_mask.clone(), shape)?;
-                        // The kernel's keep-mask, drawn here too.
-                        let probs = weights_after_dropout(
-                            logits_with_bias(q.clone(), k.clone(), scale, bias),
-                            blocked,
-                            dropout,
-                        ); // [B, h, T, S]
-                        Some(AttnWeights::of(probs, input.average_attn_weights))
-                    }
-                    false => None,
-                };
-                let call = kernel_call(key_padding_mask, attn_mask, shape, scale, dropout)?;
-                (kernels::fused_attention(q, k, v, call), weights) // [B, T, h, E/h]
-            }
-            AttentionPath::BurnFused => {
-                let (blocked, _) = blocked_and_bias(key_padding_mask, attn_mask, shape)?;
-                (burn_fused_attention(q, k, v, blocked), None) // [B, T, h, E/h]
-            }
-            AttentionPath::Exact => {
-                let (blocked, bias) = blocked_and_bias(key_padding_mask, attn_mask, shape)?;
-                let v = transpose_heads(v); // [B, h, S, E/h]
-                let logits = logits_with_bias(q, k, scale, bias); // [B, h, T, S]
-                if input.need_weights {
-                    let probs = weights_after_dropout(logits, blocked, dropout); // [B, h, T, S]
-                    let weights = AttnWeights::of(probs.clone(), input.average_attn_weights);
-                    (transpose_heads(probs.matmul(v)), Some(weights)) // [B, T, h, E/h]
-                } else {
-                    (transpose_heads(attend(logits, v, blocked, FullyMaskedRows::Zero, dropout, false).0), None) // [B, T, h, E/h]
-                }
-            }
+        let call = AttentionCall {
+            q,
+            k,
+            v,
+            // torch scales q by sqrt(1 / head_dim) before the product.
+            scale: (1.0 / (e / h) as f64).sqrt() as f32,
+            allowed,
+            causal: false, // an is_causal hint is a mask above, as torch builds it
+            bias,
+            rows: FullyMaskedRows::Zero,
+            dropout,
+            probs: if input.need_weights { Probs::AfterDropout } else { Probs::None },
         };
+        let (context, probs) = call.run(path); // [B, T, h, E/h], [B, h, T, S]
+        let attn_weights = probs.map(|probs| AttnWeights::of(probs, input.average_attn_weights));
         let output = time_first(linear_forward(&self.output, merge_heads(context))); // [B, T, E]
         Ok(TorchMhaOutput { output, attn_weights })
     }
@@ -554,85 +513,16 @@ impl TorchMha {
     }
 }
 
-/// torch's masks as blocked pairs (true = may NOT attend) and an additive bias, both
-/// `[B, h, T, S]`. `-inf` entries of a float mask become blocked pairs (with bias 0), so that a
-/// fully blocked row gets zero attention instead of NaN.
-fn blocked_and_bias(
+/// torch's masks folded into the shared call's form: the allowed pairs (true = may attend),
+/// `[B|1, h|1, T|1, S]`, `!key_padding_mask` `[B, 1, 1, S]` AND `!attn_mask` `[1|B, 1|h, T, S]`
+/// (for a float mask: its finite entries), `None` without masks; and a float mask's finite
+/// entries as the bias on the logits `[1|B, 1|h, T, S]` (its `-inf` entries 0). A `-inf` entry is
+/// thus a blocked pair, so that a fully blocked row gets zero attention instead of NaN.
+fn fold_masks(
     key_padding_mask: Option<Tensor<2, Bool>>, // [B, S], true = ignore
     attn_mask: Option<AttnMask>,
     shape: [usize; 4],
 ) -> Result<(Option<Tensor<4, Bool>>, Option<Tensor<4>>)> {
-    let [batch, _, _, source_len] = shape;
-    let mut blocked: Option<Tensor<4, Bool>> = None;
-    let mut block = |mask: Tensor<4, Bool>| {
-        blocked = Some(match blocked.take() {
-            Some(b) => b.bool_or(mask),
-            None => mask,
-        })
-    };
-    if let Some(padding) = key_padding_mask {
-        check_dims("key_padding_mask", &padding.dims(), &[batch, source_len])?;
-        block(padding.reshape([batch, 1, 1, source_len]).expand(shape)); // [B, h, T, S]
-    }
-    let bias = match attn_mask {
-        Some(AttnMask::Bool(mask)) => {
-            block(per_head(mask, shape)?); // [B, h, T, S]
-            None
-        }
-        Some(AttnMask::Additive(bias)) => {
-            let bias = per_head(bias, shape)?; // [B, h, T, S]
-            let infinite = bias.clone().equal_elem(f32::NEG_INFINITY); // [B, h, T, S]
-            block(infinite.clone());
-            Some(bias.mask_fill(infinite, 0.0))
-        }
-        None => None,
-    };
-    Ok((blocked, bias))
-}
-
-/// torch's logits `(scale · q) kᵀ` `[B, h, T, S]` plus a float mask's bias, on the decomposed path.
-fn logits_with_bias(q: Tensor<4>, k: Tensor<4>, scale: f32, bias: Option<Tensor<4>>) -> Tensor<4> {
-    let logits = scaled_logits(q, k, scale); // [B, h, T, S]
-    match bias {
-        Some(bias) => logits + bias,
-        None => logits,
-    }
-}
-
-/// The weights torch returns `[B, h, T, S]`: the masked softmax (zero for fully blocked rows)
-/// after dropout.
-fn weights_after_dropout(logits: Tensor<4>, blocked: Option<Tensor<4, Bool>>, dropout: ProbsDropout) -> Tensor<4> {
-    dropout_probs(masked_softmax(logits, blocked, FullyMaskedRows::Zero), dropout)
-}
-
-/// A call of the fused kernel with torch's masks ([`kernel_masks`]).
-fn kernel_call(
-    key_padding_mask: Option<Tensor<2, Bool>>,
-    attn_mask: Option<AttnMask>,
-    shape: [usize; 4],
-    scale: f32,
-    dropout: ProbsDropout,
-) -> Result<FusedCall> {
-    let (allowed, bias) = kernel_masks(key_padding_mask, attn_mask, shape)?;
-    Ok(FusedCall {
-        scale,
-        allowed: allowed.map(BoolMask::from_tensor),
-        causal: false,
-        rows: FullyMaskedRows::Zero,
-        dropout,
-        bias,
-    })
-}
-
-/// torch's masks for the fused kernel: the allowed pairs (true = may attend), `[B|1, h|1, T|1, S]`,
-/// `!key_padding_mask` `[B, 1, 1, S]` AND `!attn_mask` `[1|B, 1|h, T, S]` (for a float mask: its
-/// finite entries), `None` without masks; and a float mask's finite entries as the bias on the
-/// logits (its `-inf` entries 0), as [`blocked_and_bias`] splits them.
-fn kernel_masks(
-    key_padding_mask: Option<Tensor<2, Bool>>, // [B, S], true = ignore
-    attn_mask: Option<AttnMask>,
-    shape: [usize; 4],
-) -> Result<(Option<Tensor<4, Bool>>, Option<FloatBias>)> {
     let [batch, heads, query_len, source_len] = shape;
     let from_padding = match key_padding_mask {
         Some(padding) => {
@@ -654,13 +544,8 @@ fn kernel_masks(
             check_attn_mask(&mask.dims(), shape)?;
             let [n, _, _] = mask.dims();
             let infinite = mask.clone().equal_elem(f32::NEG_INFINITY); // [1 | B*h, T, S]
-            let values = mask
-                .mask_fill(infinite.clone(), 0.0)
-                .into_data()
-                .convert::<f32>()
-                .try_into_vec::<f32>()
-                .expect("converted to float32");
-            (Some(infinite.bool_not().reshape(per_slice(n))), Some(FloatBias { dims: per_slice(n), values })) // [1|B, 1|h, T, S]
+            let bias = mask.mask_fill(infinite.clone(), 0.0).reshape(per_slice(n)); // [1|B, 1|h, T, S]
+            (Some(infinite.bool_not().reshape(per_slice(n))), Some(bias)) // [1|B, 1|h, T, S]
         }
         None => (None, None),
     };
@@ -688,19 +573,6 @@ fn check_attn_mask(found: &[usize], [batch, heads, query_len, source_len]: [usiz
             found: found.to_vec(),
         }),
     }
-}
-
-/// Broadcasts a `[1 | B*h, T, S]` mask to `[B, h, T, S]`.
-fn per_head<K: burn::tensor::kind::Basic>(
-    mask: Tensor<3, K>,
-    [batch, heads, query_len, source_len]: [usize; 4],
-) -> Result<Tensor<4, K>> {
-    check_attn_mask(&mask.dims(), [batch, heads, query_len, source_len])?;
-    Ok(if mask.dims()[0] == 1 {
-        mask.unsqueeze::<4>().expand([batch, heads, query_len, source_len])
-    } else {
-        mask.reshape([batch, heads, query_len, source_len])
-    })
 }
 
 fn check_dims(input: &'static str, found: &[usize], expected: &[usize]) -> Result<()> {

@@ -238,13 +238,60 @@ pub fn f32s_from_le_bytes(bytes: &[u8]) -> Vec<f32> {
     bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same directory and a rename.
+/// Writes `bytes` to `path` through a temporary file in the same directory and a rename
+/// ([`write_atomic_with`]).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_with(path, |tmp| std::fs::write(tmp, bytes).map_err(|e| ModelError::file(tmp, e)))
+}
+
+/// The one way this project writes a result: `write` makes it (a file, or a folder of files)
+/// under a temporary name beside `path`, which is then renamed to `path`, so an interrupted
+/// write never leaves a partial result under the final name. The folder is created if missing;
+/// if `write` fails, what it left is removed. The temporary name is hidden, keeps `path`'s
+/// extension (image writers pick the format by it) and matches `.gitignore`'s `*.tmp-*`:
+/// `dir/.name.tmp-PID.ext`.
+pub fn write_atomic_with<E: From<ModelError>>(
+    path: &Path,
+    write: impl FnOnce(&Path) -> Result<(), E>,
+) -> Result<(), E> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| ModelError::file(dir, e))?;
     }
-    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{file_name}.tmp-{}", std::process::id()));
-    std::fs::write(&tmp, bytes).map_err(|e| ModelError::file(&tmp, e))?;
-    std::fs::rename(&tmp, path).map_err(|e| ModelError::file(path, e))
+    let stem = path.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let extension = path.extension().map(|e| format!(".{}", e.to_string_lossy())).unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{stem}.tmp-{}{extension}", std::process::id()));
+    if let Err(error) = write(&tmp) {
+        match tmp.is_dir() {
+            true => std::fs::remove_dir_all(&tmp).ok(),
+            false => std::fs::remove_file(&tmp).ok(),
+        };
+        return Err(error);
+    }
+    std::fs::rename(&tmp, path).map_err(|e| ModelError::file(path, e).into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_writes_keep_the_extension_and_leave_nothing_when_they_fail() {
+        let dir = std::env::temp_dir().join(format!("model-write-atomic-{}", std::process::id()));
+        let path = dir.join("figure.png");
+        write_atomic_with(&path, |tmp| -> Result<()> {
+            assert_eq!(tmp.extension().unwrap(), "png", "{}", tmp.display());
+            assert!(tmp.file_name().unwrap().to_string_lossy().starts_with(".figure.tmp-"));
+            std::fs::write(tmp, b"done").map_err(|e| ModelError::file(tmp, e))
+        })
+        .unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"done");
+        let failed = write_atomic_with(&dir.join("folder"), |tmp| {
+            std::fs::create_dir_all(tmp.join("inner")).unwrap();
+            Err(ModelError::file(tmp, "interrupted"))
+        });
+        assert!(failed.is_err());
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, ["figure.png"], "only the finished file");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

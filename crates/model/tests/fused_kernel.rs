@@ -2,8 +2,6 @@
 //! path under burn-autodiff, on the CPU backends it runs on: outputs, and gradients with respect
 //! to every weight and every input, at shapes the training fixtures do not cover.
 
-mod common;
-
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::Gradients;
 use burn::tensor::{Bool, Device, Tensor, TensorData};
@@ -11,7 +9,7 @@ use model::convert::keras_to_torch;
 use model::torch_mha::{AttnMask, AttnWeights, TorchMha, TorchMhaInput, TorchMhaOutput};
 use model::{Backend, HostTensor, KerasMha, KerasMhaConfig, KerasMhaInput, KerasMhaOutput, WeightMap};
 
-use common::values;
+use kernels::testing::values;
 
 fn input<const D: usize>(shape: [usize; D], seed: u64, device: &Device) -> Tensor<D> {
     Tensor::from_data(TensorData::new(values(shape.iter().product(), seed), shape), device).require_grad()

@@ -145,11 +145,8 @@ fn damaged_files_are_errors_not_panics() {
             check(&bytes[..cut]);
         }
         let mutations: usize = std::env::var("KERAS_FILE_MUTATIONS").ok().and_then(|n| n.parse().ok()).unwrap_or(200);
-        let mut state = 0x9e3779b97f4a7c15u64;
-        let mut next = || {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            state >> 33
-        };
+        let mut lcg = kernels::testing::Lcg::from_state(0x9e3779b97f4a7c15);
+        let mut next = || lcg.next_u64() >> 33;
         for _ in 0..mutations {
             let mut damaged = bytes.clone();
             for _ in 0..1 + next() % 4 {

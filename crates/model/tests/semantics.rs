@@ -1,15 +1,13 @@
 //! Semantics that the fixtures do not pin down on their own: mask polarity, defaults, errors,
 //! fully masked rows, causal masking, dropout and the exactness of weight conversion.
 
-mod common;
-
 use burn::tensor::{Bool, Device, Tensor, TensorData};
 use model::convert::{keras_to_projected, keras_to_torch, projected_to_keras, torch_to_keras};
 use model::projected::ProjectedInput;
 use model::torch_mha::{AttnWeights, TorchMhaInput};
 use model::{HostTensor, KerasMhaConfig, KerasMhaInput, ModelError, ProjectedConfig, WeightMap};
 
-use common::values;
+use kernels::testing::values;
 
 fn device() -> Device {
     Device::flex()

@@ -15,7 +15,7 @@ use anyhow::{Context, Result, bail};
 use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::tensor::Device;
-use model::weights::write_atomic;
+use model::weights::{write_atomic, write_atomic_with};
 use model::{TensorFile, WeightMap};
 use serde::{Deserialize, Serialize};
 
@@ -314,15 +314,16 @@ fn save_checkpoint(dir: &Path, model: &TaskModel, optim: &ModuleOptimizer, posit
     if target.exists() {
         return Ok(());
     }
-    let tmp = dir.join("checkpoints").join(format!(".tmp-step-{:06}", position.step));
-    std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    TensorFile { tensors: model.library_weights(), metadata: Default::default() }
-        .write(&tmp.join("model.safetensors"))?;
-    optim
-        .save(tmp.join("optimizer.bpk"))
-        .map_err(|e| anyhow::anyhow!("cannot write the optimizer state to {}: {e:?}", tmp.display()))?;
-    write_atomic(&tmp.join("position.json"), serde_json::to_string(position)?.as_bytes())?;
-    std::fs::rename(&tmp, &target).with_context(|| format!("cannot move checkpoint into {}", target.display()))?;
+    write_atomic_with(&target, |tmp| -> Result<()> {
+        std::fs::create_dir_all(tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        TensorFile { tensors: model.library_weights(), metadata: Default::default() }
+            .write(&tmp.join("model.safetensors"))?;
+        optim
+            .save(tmp.join("optimizer.bpk"))
+            .map_err(|e| anyhow::anyhow!("cannot write the optimizer state to {}: {e:?}", tmp.display()))?;
+        write_atomic(&tmp.join("position.json"), serde_json::to_string(position)?.as_bytes())?;
+        Ok(())
+    })?;
     write_metrics(dir, position)?;
     let mut all = complete_checkpoints(dir)?;
     all.sort();
@@ -431,10 +432,9 @@ fn init_weights(path: &Path, spec: &ModelSpec) -> Result<WeightMap> {
 
 /// Saves a module as burnpack, atomically.
 pub fn save_burnpack<M: Module>(module: M, path: &Path) -> Result<()> {
-    let tmp = path.with_extension("bpk.tmp");
-    module.save_file(&tmp).map_err(|e| anyhow::anyhow!("cannot write {}: {e:?}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
+    write_atomic_with(path, |tmp| {
+        module.save_file(tmp).map_err(|e| anyhow::anyhow!("cannot write {}: {e:?}", path.display()))
+    })
 }
 
 fn print_summary(s: &Summary, wall: f64) {

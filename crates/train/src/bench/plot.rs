@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use anyhow::{Result, anyhow};
+use model::weights::write_atomic_with;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
@@ -23,10 +24,7 @@ pub struct ScalingPoint {
 /// ours beside torch, written as PNG through a temporary file and a rename.
 pub fn scaling(points: &[ScalingPoint], png: &Path) -> Result<()> {
     register_font();
-    let tmp = png.with_extension("tmp.png");
-    draw_scaling(BitMapBackend::new(&tmp, (2 * WIDTH, HEIGHT)).into_drawing_area(), points)?;
-    std::fs::rename(&tmp, png)?;
-    Ok(())
+    write_atomic_with(png, |tmp| draw_scaling(BitMapBackend::new(tmp, (2 * WIDTH, HEIGHT)).into_drawing_area(), points))
 }
 
 fn draw_scaling<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, points: &[ScalingPoint]) -> Result<()> {

@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use anyhow::{Result, anyhow};
+use model::weights::write_atomic_with;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -20,13 +21,8 @@ use crate::figure::{HEIGHT, WIDTH, nice_log_label, register_font};
 pub fn loss_curves(results: &StudyResults, svg: &Path, png: &Path) -> Result<()> {
     register_font();
     let size = (WIDTH * results.rungs.len().max(1) as u32, HEIGHT);
-    let tmp_svg = svg.with_extension("tmp.svg");
-    draw_curves(SVGBackend::new(&tmp_svg, size).into_drawing_area(), results)?;
-    std::fs::rename(&tmp_svg, svg)?;
-    let tmp_png = png.with_extension("tmp.png");
-    draw_curves(BitMapBackend::new(&tmp_png, size).into_drawing_area(), results)?;
-    std::fs::rename(&tmp_png, png)?;
-    Ok(())
+    write_atomic_with(svg, |tmp| draw_curves(SVGBackend::new(tmp, size).into_drawing_area(), results))?;
+    write_atomic_with(png, |tmp| draw_curves(BitMapBackend::new(tmp, size).into_drawing_area(), results))
 }
 
 fn color(variant: Variant) -> RGBColor {
@@ -164,14 +160,12 @@ pub fn heat_maps(results: &StudyResults, dir: &Path) -> Result<()> {
     ];
     for (name, columns) in &maps {
         let size = ((160 + 110 * columns.labels.len() as u32).max(440), 110 + 60 * results.rungs.len() as u32);
-        let svg = dir.join(format!("{name}.svg"));
-        let tmp_svg = svg.with_extension("tmp.svg");
-        draw_heat(SVGBackend::new(&tmp_svg, size).into_drawing_area(), results, columns)?;
-        std::fs::rename(&tmp_svg, &svg)?;
-        let png = dir.join(format!("{name}.png"));
-        let tmp_png = png.with_extension("tmp.png");
-        draw_heat(BitMapBackend::new(&tmp_png, size).into_drawing_area(), results, columns)?;
-        std::fs::rename(&tmp_png, &png)?;
+        write_atomic_with(&dir.join(format!("{name}.svg")), |tmp| {
+            draw_heat(SVGBackend::new(tmp, size).into_drawing_area(), results, columns)
+        })?;
+        write_atomic_with(&dir.join(format!("{name}.png")), |tmp| {
+            draw_heat(BitMapBackend::new(tmp, size).into_drawing_area(), results, columns)
+        })?;
     }
     Ok(())
 }
