@@ -20,7 +20,13 @@ output on it: check it with `cargo xtask verify FILE` and `python3 xtask/python/
 FILE`. Prints the layer, its arguments, the parameter counts before and after and the largest
 difference between the source and the converted layer on the probe (the written file read back and
 run in Burn). Without --to, lists the file's attention layers, each that cannot be converted with
-the reason; one such layer does not stop the others from converting.";
+the reason; one such layer does not stop the others from converting.
+
+A whole .keras model with --to torch and no --layer: writes OUT.py (the model as one readable
+torch nn.Module whose forward mirrors the graph, Keras' masks carried explicitly; load() returns
+it with OUT.safetensors loaded strictly), OUT.safetensors and OUT.probe.safetensors (the probe's
+inputs and Burn's output of every node: `python3 OUT.py` names the first node where torch and
+Burn differ). The printout lists every node with its parameter count and its torch construct.";
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -41,12 +47,27 @@ pub struct Args {
     out: Option<PathBuf>,
 }
 
+/// A `.keras` archive (a zip file), as opposed to a `.weights.h5` or a torch file.
+fn is_keras_archive(path: &std::path::Path) -> bool {
+    std::fs::File::open(path)
+        .and_then(|mut f| {
+            let mut magic = [0u8; 2];
+            std::io::Read::read_exact(&mut f, &mut magic).map(|_| magic == *b"PK")
+        })
+        .unwrap_or(false)
+}
+
 pub fn run(args: Args) -> Result<ExitCode> {
     let Some(target) = args.to else {
         print!("attention layers of {}:\n{}", args.input.display(), list_layers(&args.input, args.num_heads)?);
         return Ok(ExitCode::SUCCESS);
     };
-    let report = convert(&args.input, target, args.layer.as_deref(), args.num_heads, args.out)?;
+    let whole_model = args.layer.is_none() && target == Target::Torch && is_keras_archive(&args.input);
+    let report = if whole_model {
+        train::convert_model::convert_model_to_torch(&args.input, args.out)?
+    } else {
+        convert(&args.input, target, args.layer.as_deref(), args.num_heads, args.out)?.to_string()
+    };
     print!("{report}");
     Ok(ExitCode::SUCCESS)
 }

@@ -320,7 +320,17 @@ fn convert_carries_the_dropout_rate_into_the_torch_module() {
         ("projected", "Projected(8, 8, 4, 8, bias=True, dropout=0.1)"),
     ] {
         let out = dir.join(format!("{target}.safetensors"));
-        let run = xtask(&["convert", source.to_str().unwrap(), "--to", target, "--out", out.to_str().unwrap()]);
+        // `--layer`: one layer's torch counterpart (without it, `--to torch` ports the whole model).
+        let run = xtask(&[
+            "convert",
+            source.to_str().unwrap(),
+            "--layer",
+            "attention",
+            "--to",
+            target,
+            "--out",
+            out.to_str().unwrap(),
+        ]);
         assert!(run.status.success(), "{target}: {}", String::from_utf8_lossy(&run.stderr));
         let module = std::fs::read_to_string(dir.join(format!("{target}.py"))).unwrap();
         assert!(module.contains(built), "{target}: the module does not build {built}:\n{module}");
@@ -402,7 +412,7 @@ fn convert_lists_every_layer_and_converts_the_chosen_one() {
 #[test]
 fn convert_names_the_file_when_it_holds_no_attention_layer() {
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/model-files/dense_only.keras");
-    let run = xtask(&["convert", file, "--to", "torch"]);
+    let run = xtask(&["convert", file, "--to", "projected"]);
     let errors = String::from_utf8_lossy(&run.stderr);
     assert!(
         !run.status.success() && errors.contains("dense_only.keras: no MultiHeadAttention layer in this model"),
@@ -451,4 +461,54 @@ fn predict_refuses_an_unsupported_layer_with_status_1_and_no_file() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("layer double (Lambda, called on "), "{stderr}");
     assert!(!out.exists());
+}
+
+#[test]
+fn convert_writes_a_whole_keras_model_as_a_torch_module_with_its_probe() {
+    let models = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/keras-models");
+    let dir = scratch("whole-torch");
+    let out = dir.join("classifier");
+    let run = xtask(&[
+        "convert",
+        &format!("{models}/text_classifier.keras"),
+        "--to",
+        "torch",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let printout = stdout(&run);
+    for node in ["embedding (Embedding)", "self_attention (MultiHeadAttention)", "pool (GlobalAveragePooling1D)"] {
+        assert!(printout.contains(node), "{node} missing from:\n{printout}");
+    }
+    let source = std::fs::read_to_string(dir.join("classifier.py")).unwrap();
+    assert!(
+        source.contains("load_state_dict(load_file(path), strict=True)")
+            && source.contains("class Model(torch.nn.Module)")
+    );
+    let weights = model::TensorFile::read(&dir.join("classifier.safetensors")).unwrap();
+    // Keras' (in, out) kernel becomes torch's (out, in) weight.
+    assert_eq!(weights.tensors.get("ffn_up.weight").unwrap().shape, vec![16, 8]);
+    let probe = model::TensorFile::read(&dir.join("classifier.probe.safetensors")).unwrap();
+    assert!(probe.tensors.contains("inputs.tokens") && probe.tensors.contains("nodes.self_attention"));
+    // With the real torch where it is installed (CI has none): the module loads strictly and matches Burn.
+    let torch = Command::new("python3").args(["-c", "import torch, safetensors"]).output();
+    if torch.is_ok_and(|o| o.status.success()) {
+        let check = Command::new("python3").arg(dir.join("classifier.py")).output().unwrap();
+        assert!(check.status.success(), "{}{}", stdout(&check), String::from_utf8_lossy(&check.stderr));
+    } else {
+        eprintln!("note: no torch here; the generated module was not run");
+    }
+}
+
+#[test]
+fn convert_refuses_a_whole_model_with_a_lambda_and_writes_nothing() {
+    let models = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/keras-models");
+    let dir = scratch("whole-lambda");
+    let out = dir.join("never");
+    let run =
+        xtask(&["convert", &format!("{models}/lambda_layer.keras"), "--to", "torch", "--out", out.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("(Lambda, called on "));
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "files were written");
 }

@@ -228,7 +228,20 @@ impl TensorFile {
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| ModelError::file(path, e))?;
         let metadata: HashMap<String, String> = self.metadata.clone().into_iter().collect();
-        let bytes = safetensors::serialize(views, Some(metadata)).map_err(|e| ModelError::file(path, e))?;
+        let bytes = if views.is_empty() {
+            // safetensors 0.x writes `{},"__metadata__":{}}` for a file without tensors, which
+            // no reader accepts (a model without weights has an empty state dict): the header
+            // by hand, padded to 8 bytes with spaces as the format asks.
+            let mut header = serde_json::json!({});
+            if !metadata.is_empty() {
+                header["__metadata__"] = serde_json::json!(metadata);
+            }
+            let mut header = header.to_string().into_bytes();
+            header.resize(header.len().div_ceil(8) * 8, b' ');
+            [(header.len() as u64).to_le_bytes().to_vec(), header].concat()
+        } else {
+            safetensors::serialize(views, Some(metadata)).map_err(|e| ModelError::file(path, e))?
+        };
         write_atomic(path, &bytes)
     }
 }
@@ -272,6 +285,20 @@ pub fn write_atomic_with<E: From<ModelError>>(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_file_without_tensors_reads_back() {
+        let dir = std::env::temp_dir().join(format!("kmha-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for metadata in [BTreeMap::new(), BTreeMap::from([("format".to_string(), "pt".to_string())])] {
+            let path = dir.join("empty.safetensors");
+            TensorFile { tensors: WeightMap::new(), metadata: metadata.clone() }.write(&path).unwrap();
+            let back = TensorFile::read(&path).unwrap();
+            assert_eq!(back.tensors.names().count(), 0);
+            assert_eq!(back.metadata, metadata);
+        }
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
     use super::*;
 
     #[test]

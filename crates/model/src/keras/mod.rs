@@ -17,6 +17,7 @@ pub mod layers;
 pub mod model;
 pub mod ops;
 pub mod saved;
+pub mod torch;
 pub mod value;
 
 pub use graph::{Graph, InputSpec};

@@ -1,0 +1,328 @@
+import math
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# ---------------------------------------------------------------------------------------------
+# Keras semantics that torch has no built-in for, written out once (keras 3.15, TensorFlow).
+# ---------------------------------------------------------------------------------------------
+
+
+def hard_sigmoid(x):
+    return F.relu6(x + 3.0) / 6.0
+
+
+ACTIVATIONS = {
+    "linear": lambda x: x,
+    "relu": F.relu,
+    "gelu": lambda x: F.gelu(x, approximate="none"),
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "silu": F.silu,
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "softmax": lambda x: torch.softmax(x, dim=-1),
+    "log_softmax": lambda x: torch.log_softmax(x, dim=-1),
+    "elu": F.elu,
+    "selu": F.selu,
+    "softplus": lambda x: F.relu(x) + torch.log1p(torch.exp(-x.abs())),
+    "softsign": F.softsign,
+    "hard_sigmoid": hard_sigmoid,
+    "hard_silu": lambda x: x * hard_sigmoid(x),
+    "leaky_relu": lambda x: F.leaky_relu(x, 0.2),
+    "relu6": F.relu6,
+    "mish": lambda x: x * torch.tanh(F.relu(x) + torch.log1p(torch.exp(-x.abs()))),
+    "exponential": torch.exp,
+}
+
+
+def keras_relu(x, max_value, negative_slope, threshold):
+    """keras.layers.ReLU, step by step as Keras computes it."""
+    if negative_slope != 0.0 and max_value is None and threshold == 0.0:
+        return F.leaky_relu(x, negative_slope)
+    negative = F.relu(-x + threshold) if negative_slope != 0.0 else None
+    y = torch.where(x > threshold, x, torch.zeros_like(x)) if threshold != 0.0 else F.relu(x)
+    if max_value is not None:
+        y = torch.clamp(y, 0.0, max_value)
+    if negative is not None:
+        y = y - negative_slope * negative
+    return y
+
+
+def keras_elu(x, alpha):
+    return torch.where(x > 0, x, alpha * (torch.exp(x) - 1.0))
+
+
+def keras_softmax(x, axes, mask):
+    """keras.layers.Softmax: masked positions (mask False) get -1e9 first."""
+    if mask is not None:
+        x = torch.where(mask.bool(), x, torch.full_like(x, -1e9))
+    if len(axes) == 1:
+        return torch.softmax(x, dim=axes[0])
+    return torch.exp(x - torch.logsumexp(x, dim=axes, keepdim=True))
+
+
+def merge_masks(masks):
+    """Merge layers: the OR of the inputs' masks when every input has one, else none."""
+    if any(m is None for m in masks):
+        return None
+    out = masks[0]
+    for m in masks[1:]:
+        out = torch.logical_or(out, m)
+    return out
+
+
+def concatenate_masks(inputs, masks, axis):
+    """Concatenate: masks joined along the axis (all-true for an unmasked input), any over the last axis."""
+    if all(m is None for m in masks):
+        return None
+    full = []
+    for x, m in zip(inputs, masks):
+        if m is None:
+            full.append(torch.ones_like(x, dtype=torch.bool))
+        elif m.dim() < x.dim():
+            full.append(torch.logical_or(m.unsqueeze(-1), torch.zeros_like(x, dtype=torch.bool)))
+        else:
+            full.append(m.bool())
+    return torch.any(torch.cat(full, dim=axis), dim=-1)
+
+
+def masking(x, mask_value):
+    """keras.layers.Masking: steps whose features all equal mask_value become 0 and masked."""
+    keep = torch.any(x != mask_value, dim=-1, keepdim=True)
+    return x * keep.to(x.dtype), keep.squeeze(-1)
+
+
+def same_padding(length, reach, stride):
+    """TensorFlow's SAME: ceil(L / s) outputs, the smaller half of the padding first."""
+    out = -(-length // stride)
+    total = max((out - 1) * stride + reach - length, 0)
+    return total // 2, total - total // 2
+
+
+def pool1d(x, maximum, pool, stride, same, channels_last):
+    """MaxPooling1D / AveragePooling1D; padding never counts (TensorFlow's SAME)."""
+    if channels_last:
+        x = x.transpose(1, 2)  # [B, C, L]
+    left, right = same_padding(x.shape[-1], pool, stride) if same else (0, 0)
+    if maximum:
+        y = F.max_pool1d(F.pad(x, (left, right), value=-math.inf), pool, stride)
+    else:
+        total = F.avg_pool1d(F.pad(x, (left, right)), pool, stride) * pool
+        ones = F.pad(torch.ones_like(x[:1, :1]), (left, right))
+        y = total / (F.avg_pool1d(ones, pool, stride) * pool)
+    return y.transpose(1, 2) if channels_last else y
+
+
+def global_average_pool1d(x, mask, channels_last, keepdims):
+    """GlobalAveragePooling1D: the mean over the unmasked steps."""
+    steps = 1 if channels_last else 2
+    if mask is None:
+        return x.mean(dim=steps, keepdim=keepdims)
+    m = mask.unsqueeze(2 if channels_last else 1).to(x.dtype)
+    return (x * m).sum(dim=steps, keepdim=keepdims) / m.sum(dim=steps, keepdim=keepdims)
+
+
+def reduce(x, kind, axes, keepdims):
+    axes = tuple(range(x.dim())) if axes is None else tuple(a % x.dim() for a in axes)
+    if kind == "prod":
+        for a in sorted(axes, reverse=True):
+            x = torch.prod(x, dim=a, keepdim=keepdims)
+        return x
+    functions = {"mean": torch.mean, "sum": torch.sum, "max": torch.amax, "min": torch.amin, "any": torch.any, "all": torch.all}
+    return functions[kind](x, dim=axes, keepdim=keepdims)
+
+
+def expand_dims(x, axes):
+    rank = x.dim() + len(axes)
+    for a in sorted(a % rank for a in axes):
+        x = x.unsqueeze(a)
+    return x
+
+
+class Conv1D(torch.nn.Module):
+    """keras.layers.Conv1D: nn.Conv1d with TensorFlow's padding and Keras' channels-last layout."""
+
+    def __init__(self, in_channels, filters, kernel_size, stride, dilation, groups, bias, padding, channels_last, activation):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(in_channels, filters, kernel_size, stride=stride, dilation=dilation, groups=groups, bias=bias)
+        self.padding, self.channels_last, self.activation = padding, channels_last, activation
+
+    def forward(self, x):
+        if self.channels_last:
+            x = x.transpose(1, 2)  # [B, L, C] -> [B, C, L]
+        reach = (self.conv.kernel_size[0] - 1) * self.conv.dilation[0] + 1
+        if self.padding == "same":
+            x = F.pad(x, same_padding(x.shape[-1], reach, self.conv.stride[0]))
+        elif self.padding == "causal":
+            x = F.pad(x, (reach - 1, 0))
+        y = self.conv(x)
+        y = y.transpose(1, 2) if self.channels_last else y
+        return ACTIVATIONS[self.activation](y)
+
+
+class EinsumDense(torch.nn.Module):
+    """keras.layers.EinsumDense: einsum(equation, x, kernel) + bias, then the activation."""
+
+    def __init__(self, equation, kernel_shape, bias_shape, activation):
+        super().__init__()
+        self.equation, self.activation = equation, activation
+        self.kernel = torch.nn.Parameter(torch.zeros(kernel_shape))
+        self.bias = torch.nn.Parameter(torch.zeros(bias_shape)) if bias_shape is not None else None
+
+    def forward(self, x):
+        y = torch.einsum(self.equation, x, self.kernel)
+        if self.bias is not None:
+            y = y + self.bias
+        return ACTIVATIONS[self.activation](y)
+
+
+class LayerNormalization(torch.nn.Module):
+    """keras.layers.LayerNormalization over any axes, as Keras orders the operations."""
+
+    def __init__(self, shape, axes, epsilon, center, scale, rms_scaling):
+        super().__init__()
+        self.axes, self.epsilon, self.rms_scaling = axes, epsilon, rms_scaling
+        self.gamma = torch.nn.Parameter(torch.ones(shape)) if scale or rms_scaling else None
+        self.beta = torch.nn.Parameter(torch.zeros(shape)) if center and not rms_scaling else None
+
+    def forward(self, x):
+        axes = sorted(a % x.dim() for a in self.axes)
+        shape = [x.shape[i] if i in axes else 1 for i in range(x.dim())]
+        variance, mean = torch.var_mean(x, dim=axes, keepdim=True, correction=0)
+        inv = torch.rsqrt(variance + self.epsilon)
+        if self.rms_scaling:  # Keras' deprecated rms_scaling: x * rsqrt(var + eps) * gamma
+            return x * inv * self.gamma.reshape(shape)
+        if self.gamma is not None:
+            inv = inv * self.gamma.reshape(shape)
+        offset = -mean * inv
+        if self.beta is not None:
+            offset = offset + self.beta.reshape(shape)
+        return x * inv + offset
+
+
+class BatchNormalization(torch.nn.Module):
+    """keras.layers.BatchNormalization on any axis: moving statistics in eval, the batch's in training
+    (weighted by the mask, and updating the moving statistics with Keras' momentum)."""
+
+    def __init__(self, channels, axis, epsilon, momentum, center, scale):
+        super().__init__()
+        self.axis, self.epsilon, self.momentum = axis, epsilon, momentum
+        self.gamma = torch.nn.Parameter(torch.ones(channels)) if scale else None
+        self.beta = torch.nn.Parameter(torch.zeros(channels)) if center else None
+        self.register_buffer("moving_mean", torch.zeros(channels))
+        self.register_buffer("moving_variance", torch.ones(channels))
+
+    def forward(self, x, mask=None):
+        axis = self.axis % x.dim()
+        shape = [x.shape[i] if i == axis else 1 for i in range(x.dim())]
+        if self.training:
+            dims = [i for i in range(x.dim()) if i != axis]
+            w = torch.ones_like(x) if mask is None else mask.unsqueeze(-1).to(x.dtype).expand_as(x)
+            mean = (x * w).sum(dim=dims, keepdim=True) / w.sum(dim=dims, keepdim=True)
+            variance = ((x - mean) ** 2 * w).sum(dim=dims, keepdim=True) / w.sum(dim=dims, keepdim=True)
+            with torch.no_grad():
+                self.moving_mean.mul_(self.momentum).add_((1 - self.momentum) * mean.reshape(-1))
+                self.moving_variance.mul_(self.momentum).add_((1 - self.momentum) * variance.reshape(-1))
+        else:
+            mean, variance = self.moving_mean.reshape(shape), self.moving_variance.reshape(shape)
+        inv = torch.rsqrt(variance + self.epsilon)
+        if self.gamma is not None:
+            inv = inv * self.gamma.reshape(shape)
+        offset = -mean * inv
+        if self.beta is not None:
+            offset = offset + self.beta.reshape(shape)
+        return x * inv + offset
+
+
+class PReLU(torch.nn.Module):
+    """keras.layers.PReLU: relu(x) - alpha * relu(-x), alpha shaped as the input without the batch axis."""
+
+    def __init__(self, alpha_shape):
+        super().__init__()
+        self.alpha = torch.nn.Parameter(torch.zeros(alpha_shape))
+
+    def forward(self, x):
+        return F.relu(x) - self.alpha * F.relu(-x)
+
+
+class MultiHeadAttention(torch.nn.Module):
+    """keras.layers.MultiHeadAttention on [B, T, D] inputs, exactly: Keras' projections as Linears
+    (heads flattened: weight [h*k, D]), Keras' mask rules, and what a fully masked query row gets
+    (uniform attention in Keras' default call; none with dropout or returned scores)."""
+
+    def __init__(self, query_dim, key_input_dim, value_input_dim, num_heads, key_dim, value_dim, output_dim, bias, dropout):
+        super().__init__()
+        self.num_heads, self.key_dim, self.value_dim, self.dropout = num_heads, key_dim, value_dim, dropout
+        self.query = torch.nn.Linear(query_dim, num_heads * key_dim, bias=bias)
+        self.key = torch.nn.Linear(key_input_dim, num_heads * key_dim, bias=bias)
+        self.value = torch.nn.Linear(value_input_dim, num_heads * value_dim, bias=bias)
+        self.output = torch.nn.Linear(num_heads * value_dim, output_dim, bias=bias)
+
+    def forward(self, query, value, key=None, query_mask=None, value_mask=None, key_mask=None,
+                attention_mask=None, use_causal_mask=False, return_attention_scores=False, attention_axes=None):
+        if query.dim() > 3:
+            # attention_axes: the call over the attention axes flattened, the other axes batch axes.
+            masked = any(m is not None for m in (query_mask, value_mask, key_mask, attention_mask))
+            if masked or use_causal_mask or return_attention_scores:
+                raise NotImplementedError("masks and returned scores of an N-D call are not written for torch yet")
+            batch = [a for a in range(query.dim() - 1) if a not in attention_axes]
+            order = batch + list(attention_axes) + [query.dim() - 1]
+
+            def flatten(x):
+                x = x.permute(order)
+                n = math.prod(x.shape[: len(batch)])
+                return x.reshape(n, -1, x.shape[-1])
+
+            key = value if key is None else key
+            out = self.forward(flatten(query), flatten(value), flatten(key))
+            permuted = [query.shape[a] for a in order[:-1]] + [out.shape[-1]]
+            inverse = [order.index(a) for a in range(query.dim())]
+            return out.reshape(permuted).permute(inverse)
+        if key is None:
+            key, key_mask = value, value_mask
+        b, t, s, h = query.shape[0], query.shape[1], value.shape[1], self.num_heads
+        q = self.query(query).reshape(b, t, h, self.key_dim).transpose(1, 2) / math.sqrt(self.key_dim)
+        k = self.key(key).reshape(b, s, h, self.key_dim).transpose(1, 2)
+        v = self.value(value).reshape(b, s, h, self.value_dim).transpose(1, 2)
+        mask = None  # [B, T, S], True = attend
+        for part in (
+            None if query_mask is None else query_mask.bool()[:, :, None],
+            None if value_mask is None else value_mask.bool()[:, None, :],
+            None if key_mask is None else key_mask.bool()[:, None, :],
+            torch.ones(t, s, dtype=torch.bool, device=query.device).tril()[None] if use_causal_mask else None,
+            None if attention_mask is None else attention_mask.bool(),
+        ):
+            if part is not None:
+                mask = part if mask is None else mask & part
+        scores = q @ k.transpose(-1, -2)  # [B, h, T, S]
+        if mask is not None:
+            scores = torch.where(mask[:, None], scores, torch.full_like(scores, -1e9))
+        probs = torch.softmax(scores, dim=-1)
+        if mask is not None and (return_attention_scores or self.dropout > 0):
+            probs = torch.where(mask[:, None].any(-1, keepdim=True), probs, torch.zeros_like(probs))
+        attended = F.dropout(probs, self.dropout, self.training) @ v  # [B, h, T, v]
+        out = self.output(attended.transpose(1, 2).reshape(b, t, h * self.value_dim))
+        return (out, probs) if return_attention_scores else out
+
+
+def dropout(x, rate, spatial, training):
+    """Dropout / SpatialDropout1D (whole channels)."""
+    if not training or rate == 0:
+        return x
+    if spatial:
+        keep = torch.bernoulli(torch.full((x.shape[0], 1, x.shape[-1]), 1 - rate, device=x.device))
+        return x * keep / (1 - rate)
+    return F.dropout(x, rate, True)
+
+
+def gaussian_noise(x, stddev, training):
+    return x + torch.randn_like(x) * stddev if training and stddev > 0 else x
+
+
+def gaussian_dropout(x, rate, training):
+    return x * (1 + torch.randn_like(x) * math.sqrt(rate / (1 - rate))) if training and 0 < rate < 1 else x

@@ -1,0 +1,127 @@
+//! `cargo xtask convert MODEL.keras --to torch` without `--layer`: the whole Keras model as
+//! PyTorch code (`OUT.py`), its state dict (`OUT.safetensors`) and a probe
+//! (`OUT.probe.safetensors`: inputs, and Burn's output of every node) that `python3 OUT.py`
+//! checks the port against, naming the first node that differs.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use model::keras::torch::torch_export;
+use model::keras::{DType, DynTensor, KerasModel};
+use model::rng::Rng;
+use model::{Backend, HostTensor, TensorFile, WeightMap};
+
+/// Sequences in the probe, and the length given to axes the model leaves open.
+const PROBE_BATCH: usize = 2;
+const OPEN_AXIS: usize = 8;
+
+/// Writes `OUT.py`, `OUT.safetensors` and `OUT.probe.safetensors`; returns the printout.
+pub fn convert_model_to_torch(input: &Path, out: Option<PathBuf>) -> Result<String> {
+    let device = Backend::Flex.device(Default::default())?;
+    let model = KerasModel::from_file(input, &device)?;
+    let stem = out.unwrap_or_else(|| input.with_extension("torch"));
+    let stem = stem.with_extension(""); // `OUT` for OUT.py, OUT.safetensors, OUT.probe.safetensors
+    let name = stem.file_name().and_then(|s| s.to_str()).context("--out needs a file name")?.to_string();
+    let (python, weights, probe_path) = (
+        stem.with_extension("py"),
+        stem.with_extension("safetensors"),
+        stem.with_file_name(format!("{name}.probe.safetensors")),
+    );
+
+    // The probe: deterministic inputs; token ids padded with zeros at the end so masks matter.
+    let mut rng = Rng::from_parts(&[24, 0x70_72_6f_62_65]);
+    let mut probe = WeightMap::new();
+    let mut inputs = Vec::new();
+    for spec in model.inputs() {
+        let shape: Vec<usize> = spec
+            .shape
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| {
+                if d > 0 {
+                    d
+                } else if i == 0 {
+                    PROBE_BATCH
+                } else {
+                    OPEN_AXIS
+                }
+            })
+            .collect();
+        let count: usize = shape.iter().product();
+        let data: Vec<f32> = match DType::parse(&spec.dtype) {
+            Some(DType::Float) | None => (0..count).map(|_| rng.uniform() as f32 * 2.0 - 1.0).collect(),
+            _ => {
+                let vocabulary = token_range(&model, &spec.name);
+                let row = count / shape[0];
+                (0..count)
+                    .map(|i| {
+                        let (r, c) = (i / row, i % row);
+                        // row r keeps its first `row - r - 1` ids (at least one)
+                        if c + r + 1 >= row && c > 0 {
+                            0.0
+                        } else {
+                            1.0 + (rng.next_u64() % (vocabulary - 1).max(1) as u64) as f32
+                        }
+                    })
+                    .collect()
+            }
+        };
+        let host = HostTensor::new(shape, data);
+        probe.insert(format!("inputs.{}", spec.name), host.clone());
+        inputs.push(DynTensor::from_host(&host, &device)?);
+    }
+    let run = model.run(inputs, false, true).with_context(|| format!("running {} on the probe", input.display()))?;
+    let ranks: Vec<usize> = run.nodes.iter().map(|(_, v)| v.shape().len()).collect();
+    for (label, value) in &run.nodes {
+        probe.insert(format!("nodes.{label}"), value.tensor.to_host());
+    }
+    for (output_name, value) in model.output_names().iter().zip(&run.outputs) {
+        probe.insert(format!("expected.{output_name}"), value.tensor.to_host());
+    }
+
+    let weights_file = format!("{name}.safetensors");
+    let probe_file = format!("{name}.probe.safetensors");
+    let export = torch_export(&model, &ranks, &weights_file, &probe_file)?;
+    model::weights::write_atomic(&python, export.source.as_bytes())?;
+    let parameters: usize = export.state_dict.iter().map(|(_, t)| t.data.len()).sum();
+    let tensors = export.state_dict.names().count();
+    let constructs = export.constructs;
+    TensorFile { tensors: export.state_dict, metadata: Default::default() }.write(&weights)?;
+    TensorFile { tensors: probe, metadata: Default::default() }.write(&probe_path)?;
+
+    let mut report = String::new();
+    writeln!(
+        report,
+        "{} ({}): {} nodes, {} inputs, {} outputs",
+        model.graph.name,
+        input.display(),
+        model.graph.nodes.len(),
+        model.inputs().len(),
+        model.output_names().len()
+    )?;
+    for ((node, construct), layer_index) in constructs.iter().zip(model.graph.nodes.iter().map(|n| n.layer)) {
+        let params = burn::module::Module::num_params(&model.layers[layer_index]);
+        writeln!(report, "  {node:<40} {params:>8} params -> {construct}")?;
+    }
+    writeln!(report, "wrote {} ({tensors} tensors, {parameters} values in the state dict)", weights.display())?;
+    writeln!(report, "wrote {} and {}", python.display(), probe_path.display())?;
+    writeln!(report, "check: python3 {}", python.display())?;
+    Ok(report)
+}
+
+/// Token ids for an integer input: below the smallest `Embedding` it feeds directly, else 2.
+fn token_range(model: &KerasModel, input: &str) -> usize {
+    let graph = &model.graph;
+    let Some(spec) = graph.inputs.iter().find(|i| i.name == input) else { return 2 };
+    graph
+        .nodes
+        .iter()
+        .filter(|n| n.args.iter().flat_map(|a| a.ports()).any(|p| p.node == spec.node))
+        .filter_map(|n| match &model.layers[n.layer] {
+            model::keras::layers::Layer::Embedding(e) => Some(e.embeddings.dims()[0]),
+            _ => None,
+        })
+        .min()
+        .unwrap_or(2)
+}
