@@ -186,8 +186,14 @@ impl TaskModel {
 
     /// The gradients, named and shaped as [`TaskModel::library_weights`] names the weights.
     pub fn library_gradients(&self, grads: &GradientsParams) -> WeightMap {
-        self.clone().map(&mut ParamsToGradients { grads }).library_weights()
+        gradients_as_module(self.clone(), grads).library_weights()
     }
+}
+
+/// `module` with every parameter replaced by its gradient (zeros where it has none), so that the
+/// module's own weight readers name and shape the gradients as they do the weights.
+pub fn gradients_as_module<M: burn::module::Module>(module: M, grads: &GradientsParams) -> M {
+    module.map(&mut ParamsToGradients { grads })
 }
 
 /// Replaces every parameter with its gradient (zeros where it has none).

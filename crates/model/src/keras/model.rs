@@ -12,7 +12,7 @@ use super::layers::{Call, Input, Layer};
 use super::saved::SavedWeights;
 use super::value::{DType, DynTensor, Value};
 use crate::error::{ModelError, Result};
-use crate::weights::HostTensor;
+use crate::weights::{HostTensor, WeightMap};
 
 /// A Keras model: its layers as Burn modules and its graph of calls.
 #[derive(Module, Debug)]
@@ -72,6 +72,65 @@ impl KerasModel {
     /// The output layers' names, in the order `forward` returns them.
     pub fn output_names(&self) -> Vec<String> {
         self.graph.outputs.iter().map(|(name, _)| name.clone()).collect()
+    }
+
+    /// Every variable under its Keras path (`dense/kernel`, `mha/query/kernel`; a nested model's
+    /// layers as `outer/inner/...`) in Keras' layout, as `layer.weights[i].path` names them. Map
+    /// the parameters to their gradients first to read gradients the same way.
+    pub fn keras_variables(&self) -> WeightMap {
+        let mut out = WeightMap::new();
+        let host = |t| HostTensor::from_tensor::<1>(t);
+        for (layer, spec) in self.layers.iter().zip(&self.graph.layers) {
+            let name = &spec.name;
+            let mut put = |var: &str, tensor: HostTensor| out.insert(format!("{name}/{var}"), tensor);
+            match layer {
+                Layer::Dense(d) => {
+                    put("kernel", HostTensor::from_tensor(d.kernel.val()));
+                    if let Some(b) = &d.bias {
+                        put("bias", host(b.val()));
+                    }
+                }
+                Layer::EinsumDense(d) => {
+                    put("kernel", host(d.kernel.val()).reshaped(d.kernel_shape.clone()));
+                    if let Some(b) = &d.bias {
+                        put("bias", host(b.val()).reshaped(d.bias_shape.clone()));
+                    }
+                }
+                Layer::Embedding(e) => put("embeddings", HostTensor::from_tensor(e.embeddings.val())),
+                Layer::PRelu(p) => put("alpha", host(p.alpha.val()).reshaped(p.alpha_shape.clone())),
+                Layer::Conv1d(c) => {
+                    // Burn's [filters, in / groups, k] back to Keras' (k, in / groups, filters)
+                    put("kernel", HostTensor::from_tensor(c.weight.val().permute([2, 1, 0])));
+                    if let Some(b) = &c.bias {
+                        put("bias", host(b.val()));
+                    }
+                }
+                Layer::LayerNorm(n) => {
+                    for (var, p) in [("gamma", &n.gamma), ("beta", &n.beta)] {
+                        if let Some(p) = p {
+                            put(var, host(p.val()));
+                        }
+                    }
+                }
+                Layer::BatchNorm(n) => {
+                    for (var, p) in [("gamma", &n.gamma), ("beta", &n.beta)] {
+                        if let Some(p) = p {
+                            put(var, host(p.val()));
+                        }
+                    }
+                    put("moving_mean", host(n.moving_mean.val()));
+                    put("moving_variance", host(n.moving_variance.val()));
+                }
+                Layer::Attention(a) => {
+                    // `query.kernel` -> `query/kernel`, as Keras' variable paths name the sublayers
+                    for (var, tensor) in a.layer.keras_weights().iter() {
+                        put(&var.replace('.', "/"), tensor.clone());
+                    }
+                }
+                Layer::Stateless(_) => {}
+            }
+        }
+        out
     }
 
     /// Runs the model on `inputs` (in [`Self::inputs`]' order), in inference or training mode.
