@@ -122,3 +122,28 @@ fn damaged_archives_are_one_line_errors_naming_the_file() {
         assert!(!error.contains('\n'), "{file}: {error}");
     }
 }
+
+#[test]
+fn a_burnpack_of_each_model_loads_and_still_matches_keras() {
+    let device = model::Backend::Flex.device(model::WgpuKind::default()).unwrap();
+    let dir = std::env::temp_dir().join(format!("kmha-bpk-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for stem in probed_models() {
+        let source = KerasModel::from_file(&models_dir().join(format!("{stem}.keras")), &device).unwrap();
+        let path = dir.join(format!("{stem}.bpk"));
+        source.save_burnpack(&path).unwrap();
+        let back = KerasModel::from_file(&path, &device).unwrap();
+        assert_eq!(back.saved_variables().names().count(), source.saved_variables().names().count(), "{stem}");
+        let probe = TensorFile::read(&models_dir().join(format!("{stem}.probe.safetensors"))).unwrap();
+        let inputs: Vec<_> =
+            back.inputs().iter().map(|i| probe.tensors.get(&format!("inputs.{}", i.name)).unwrap().clone()).collect();
+        for (name, got) in back.output_names().iter().zip(back.predict(&inputs, &device).unwrap()) {
+            let want = probe.tensors.get(&format!("expected.{name}")).unwrap();
+            let diff = max_difference(&got.data, &want.data);
+            assert!(got.shape == want.shape && within(diff), "{stem}: {name} differs by {diff} after the burnpack");
+        }
+    }
+    let error = KerasModel::from_file(&models_dir().join("small.probe.safetensors"), &device).unwrap_err().to_string();
+    assert!(error.contains("neither a .keras archive"), "{error}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -125,3 +125,57 @@ fn token_range(model: &KerasModel, input: &str) -> usize {
         .min()
         .unwrap_or(2)
 }
+
+/// Writes the whole model as a burnpack (`OUT.bpk`) that `KerasModel::from_file` and
+/// `cargo xtask predict` load, reads it back and compares it with the source on a probe.
+pub fn convert_model_to_burn(input: &Path, out: Option<PathBuf>) -> Result<String> {
+    let device = Backend::Flex.device(Default::default())?;
+    let model = KerasModel::from_file(input, &device)?;
+    let out = out.unwrap_or_else(|| input.with_extension("bpk"));
+    let out = if out.extension().is_none() { out.with_extension("bpk") } else { out };
+    model.save_burnpack(&out)?;
+    let back = KerasModel::from_file(&out, &device).with_context(|| format!("reading back {}", out.display()))?;
+    let mut rng = Rng::from_parts(&[24, 0x62_70_6b]);
+    let inputs: Vec<HostTensor> = model
+        .inputs()
+        .iter()
+        .map(|spec| {
+            let shape: Vec<usize> = spec
+                .shape
+                .iter()
+                .enumerate()
+                .map(|(i, &d)| {
+                    if d > 0 {
+                        d
+                    } else if i == 0 {
+                        PROBE_BATCH
+                    } else {
+                        OPEN_AXIS
+                    }
+                })
+                .collect();
+            let count = shape.iter().product();
+            let data = match DType::parse(&spec.dtype) {
+                Some(DType::Float) | None => (0..count).map(|_| rng.uniform() as f32 * 2.0 - 1.0).collect(),
+                _ => (0..count)
+                    .map(|_| 1.0 + (rng.next_u64() % (token_range(&model, &spec.name) - 1).max(1) as u64) as f32)
+                    .collect(),
+            };
+            HostTensor::new(shape, data)
+        })
+        .collect();
+    let (ours, theirs) = (model.predict(&inputs, &device)?, back.predict(&inputs, &device)?);
+    let difference = ours
+        .iter()
+        .zip(&theirs)
+        .flat_map(|(a, b)| a.data.iter().zip(&b.data).map(|(x, y)| (x - y).abs()))
+        .fold(0.0f32, f32::max);
+    let parameters = burn::module::Module::num_params(&back);
+    Ok(format!(
+        "{} ({}): {} nodes, {parameters} parameters\nwrote {}\nlargest |source - burnpack| on a probe: {difference:.3e}\n",
+        model.graph.name,
+        input.display(),
+        model.graph.nodes.len(),
+        out.display()
+    ))
+}

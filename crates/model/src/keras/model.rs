@@ -9,7 +9,7 @@ use burn::tensor::Device;
 
 use super::graph::{Arg, Graph, InputSpec};
 use super::layers::{Call, Input, Layer};
-use super::saved::SavedWeights;
+use super::saved::{SavedWeights, Store};
 use super::value::{DType, DynTensor, Value};
 use crate::error::{ModelError, Result};
 use crate::weights::{HostTensor, WeightMap};
@@ -21,7 +21,13 @@ pub struct KerasModel {
     pub layers: Vec<Layer>,
     #[module(skip)]
     pub graph: Arc<Graph>,
+    /// The archive's `config.json`, kept for [`Self::save_burnpack`].
+    #[module(skip)]
+    pub config: Arc<serde_json::Value>,
 }
+
+/// The burnpack metadata key that holds a whole model's `config.json`.
+const CONFIG_KEY: &str = "keras.config.json";
 
 /// The outputs of a call, and optionally every node's first output (for finding where a port
 /// goes wrong).
@@ -35,15 +41,14 @@ impl KerasModel {
     /// Reads a `.keras` archive and builds every layer on `device`.
     pub fn from_file(path: &Path, device: &Device) -> Result<Self> {
         let bytes = std::fs::read(path).map_err(|e| ModelError::file(path, e))?;
-        if !bytes.starts_with(b"PK") {
-            return Err(ModelError::file(
-                path,
-                "not a .keras archive (a zip file); a whole model needs the archive's config.json",
-            ));
-        }
-        let (config, h5) = crate::keras_file::open_archive(path, bytes)?;
+        let (config, store) = if bytes.starts_with(b"PK") {
+            let (config, h5) = crate::keras_file::open_archive(path, bytes)?;
+            (config, Store::H5(h5))
+        } else {
+            read_burnpack(path, bytes)?
+        };
         let graph = Graph::from_config(path, &config)?;
-        let saved = SavedWeights::new(path, h5);
+        let saved = SavedWeights::new(path, store);
         let layers = graph
             .layers
             .iter()
@@ -61,7 +66,7 @@ impl KerasModel {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self { layers, graph: Arc::new(graph) })
+        Ok(Self { layers, graph: Arc::new(graph), config: Arc::new(config) })
     }
 
     /// The model's inputs, in the order `forward` takes them.
@@ -72,6 +77,62 @@ impl KerasModel {
     /// The output layers' names, in the order `forward` returns them.
     pub fn output_names(&self) -> Vec<String> {
         self.graph.outputs.iter().map(|(name, _)| name.clone()).collect()
+    }
+
+    /// Every variable under its HDF5 path in Keras' saving layout (`layers/dense/vars/0`,
+    /// `layers/multi_head_attention/query_dense/vars/1`): what [`Self::save_burnpack`] stores
+    /// and [`Self::from_file`] reads back.
+    pub fn saved_variables(&self) -> WeightMap {
+        let mut out = WeightMap::new();
+        let by_path = self.keras_variables();
+        for (layer, spec) in self.layers.iter().zip(&self.graph.layers) {
+            let Some(path) = &spec.h5_path else { continue };
+            let var = |v: &str| by_path.get(&format!("{}/{v}", spec.name)).ok().cloned();
+            let mut push = |group: &str, names: &[&str]| {
+                for (index, tensor) in names.iter().filter_map(|n| var(n)).enumerate() {
+                    out.insert(format!("{path}{group}/vars/{index}"), tensor);
+                }
+            };
+            match layer {
+                Layer::Dense(_) | Layer::EinsumDense(_) | Layer::Conv1d(_) => push("", &["kernel", "bias"]),
+                Layer::Embedding(_) => push("", &["embeddings"]),
+                Layer::PRelu(_) => push("", &["alpha"]),
+                Layer::LayerNorm(_) => push("", &["gamma", "beta"]),
+                Layer::BatchNorm(_) => push("", &["gamma", "beta", "moving_mean", "moving_variance"]),
+                Layer::Attention(_) => {
+                    for (group, ours) in crate::keras_file::ATTENTION_SUBLAYERS {
+                        push(&format!("/{group}"), &[&format!("{ours}/kernel"), &format!("{ours}/bias")]);
+                    }
+                }
+                Layer::Stateless(_) => {}
+            }
+        }
+        out
+    }
+
+    /// Writes the model as a burnpack that [`Self::from_file`] and `cargo xtask predict` load:
+    /// its variables by their HDF5 paths, and `config.json` in the metadata. Atomic.
+    pub fn save_burnpack(&self, path: &Path) -> Result<()> {
+        let tensors = self
+            .saved_variables()
+            .iter()
+            .map(|(name, t)| {
+                let bytes = t.data.iter().flat_map(|v| v.to_le_bytes()).collect();
+                burn_pack::Tensor::new(
+                    name.to_string(),
+                    burn_pack::DType::F32,
+                    t.shape.clone(),
+                    None,
+                    burn_pack::Bytes::from_bytes_vec(bytes),
+                )
+            })
+            .collect();
+        let writer = burn_pack::Writer::new(tensors)
+            .with_metadata(CONFIG_KEY, &self.config.to_string())
+            .with_metadata("format", "a whole Keras model: variables by their model.weights.h5 paths");
+        let bytes =
+            writer.into_bytes().map_err(|e| ModelError::file(path, format!("cannot encode burnpack: {e:?}")))?;
+        crate::weights::write_atomic(path, &bytes)
     }
 
     /// Every variable under its Keras path (`dense/kernel`, `mha/query/kernel`; a nested model's
@@ -108,7 +169,7 @@ impl KerasModel {
                 Layer::LayerNorm(n) => {
                     for (var, p) in [("gamma", &n.gamma), ("beta", &n.beta)] {
                         if let Some(p) = p {
-                            put(var, host(p.val()));
+                            put(var, host(p.val()).reshaped(n.param_shape.clone()));
                         }
                     }
                 }
@@ -226,6 +287,31 @@ fn place_in_graph(graph: &Graph, spec: &super::graph::LayerSpec) -> String {
         .map(|p| graph.nodes[p.node].label.as_str())
         .collect();
     format!("called on {}", if sources.is_empty() { "nothing".to_string() } else { sources.join(", ") })
+}
+
+/// A burnpack written by [`KerasModel::save_burnpack`]: its config and variables.
+fn read_burnpack(path: &Path, bytes: Vec<u8>) -> Result<(serde_json::Value, Store)> {
+    let not_a_model = || {
+        ModelError::file(
+            path,
+            "neither a .keras archive (zip) nor a burnpack written by `cargo xtask convert MODEL.keras --to burn`",
+        )
+    };
+    let reader = burn_pack::Reader::from_bytes(burn_pack::Bytes::from_bytes_vec(bytes)).map_err(|_| not_a_model())?;
+    let config = reader.metadata().get(CONFIG_KEY).ok_or_else(not_a_model)?;
+    let config: serde_json::Value =
+        serde_json::from_str(config).map_err(|e| ModelError::file(path, format!("{CONFIG_KEY}: {e}")))?;
+    let mut map = WeightMap::new();
+    for tensor in reader.into_tensors().map_err(|e| ModelError::file(path, format!("{e:?}")))? {
+        let (name, dtype, shape, _, bytes) =
+            tensor.into_parts().map_err(|e| ModelError::file(path, format!("{e:?}")))?;
+        if dtype != burn_pack::DType::F32 {
+            return Err(ModelError::file(path, format!("{name}: {dtype:?}, float32 expected")));
+        }
+        let data = crate::weights::f32s_from_le_bytes(&bytes);
+        map.insert(name, HostTensor::new(shape.iter().copied().collect(), data));
+    }
+    Ok((config, Store::Paths(map)))
 }
 
 /// A recorded argument with the values computed so far.

@@ -7,19 +7,54 @@
 use std::path::{Path, PathBuf};
 
 use crate::error::{ModelError, Result};
-use crate::weights::HostTensor;
+use crate::weights::{HostTensor, WeightMap};
 
 use super::graph::LayerSpec;
 
-/// The HDF5 file of a `.keras` archive.
+/// Where a model's variables come from: the HDF5 file of a `.keras` archive, or the same
+/// variables keyed by their HDF5 paths (`layers/dense/vars/0`), as a burnpack export holds them.
+pub enum Store {
+    H5(hdf5_pure::File),
+    Paths(WeightMap),
+}
+
+/// A model's saved variables, and the file they came from (for errors).
 pub struct SavedWeights {
     pub file: PathBuf,
-    pub h5: hdf5_pure::File,
+    pub store: Store,
 }
 
 impl SavedWeights {
-    pub fn new(file: &Path, h5: hdf5_pure::File) -> Self {
-        Self { file: file.to_path_buf(), h5 }
+    pub fn new(file: &Path, store: Store) -> Self {
+        Self { file: file.to_path_buf(), store }
+    }
+
+    /// An attention layer's four (or five, with `use_gate`) sublayers' variables, named as
+    /// [`crate::keras_file`] names them (`query.kernel`, ..., `attention_output.bias`).
+    pub fn attention_weights(&self, path: &str, name: &str) -> Result<WeightMap> {
+        match &self.store {
+            Store::H5(h5) => crate::keras_file::read_attention_weights(&self.file, h5, path, name),
+            Store::Paths(_) => {
+                let mut weights = WeightMap::new();
+                for (sublayer, ours) in crate::keras_file::ATTENTION_SUBLAYERS {
+                    let vars_path = format!("{path}/{sublayer}/vars");
+                    if sublayer == crate::keras_file::ATTENTION_GATE && !self.has(&vars_path) {
+                        continue;
+                    }
+                    for (var, tensor) in ["kernel", "bias"].into_iter().zip(self.vars_at(&vars_path, name)?) {
+                        weights.insert(format!("{ours}.{var}"), tensor);
+                    }
+                }
+                Ok(weights)
+            }
+        }
+    }
+
+    fn has(&self, vars_path: &str) -> bool {
+        match &self.store {
+            Store::H5(h5) => h5.group(vars_path).is_ok(),
+            Store::Paths(map) => map.names().any(|n| n.starts_with(&format!("{vars_path}/"))),
+        }
     }
 
     /// The layer's own variables, in creation order.
@@ -31,7 +66,20 @@ impl SavedWeights {
     /// The variables in the group `vars_path`, named for errors by the layer `name`.
     pub fn vars_at(&self, vars_path: &str, name: &str) -> Result<Vec<HostTensor>> {
         let error = |what: String| ModelError::file(&self.file, format!("layer {name}: {what}"));
-        let Ok(group) = self.h5.group(vars_path) else {
+        let h5 = match &self.store {
+            Store::H5(h5) => h5,
+            Store::Paths(map) => {
+                let mut out = Vec::new();
+                while let Ok(tensor) = map.get(&format!("{vars_path}/{}", out.len())) {
+                    out.push(tensor.clone());
+                }
+                if out.is_empty() && map.names().any(|n| n.starts_with(&format!("{vars_path}/"))) {
+                    return Err(error(format!("{vars_path}: variables not numbered from 0")));
+                }
+                return Ok(out);
+            }
+        };
+        let Ok(group) = h5.group(vars_path) else {
             return Err(error(format!("no saved variables at {vars_path} in model.weights.h5")));
         };
         let mut names = group.datasets().map_err(|e| error(format!("{vars_path}: {e}")))?;

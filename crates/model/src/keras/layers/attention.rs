@@ -16,7 +16,7 @@ use crate::keras::config::LayerArgs;
 use crate::keras::graph::LayerSpec;
 use crate::keras::saved::SavedWeights;
 use crate::keras::value::{DynTensor, Value};
-use crate::keras_file::{config_from_arguments, read_attention_weights};
+use crate::keras_file::config_from_arguments;
 use crate::{KerasMha, KerasMhaInput, KerasMhaNdInput, NdMask};
 
 #[derive(Module, Debug)]
@@ -33,7 +33,7 @@ impl Attention {
         device: &Device,
     ) -> Result<Self> {
         let path = spec.h5_path.as_deref().unwrap_or_default();
-        let weights = read_attention_weights(file, &saved.h5, path, &spec.name)?;
+        let weights = saved.attention_weights(path, &spec.name)?;
         let config = config_from_arguments(file, &spec.name, &spec.config, &weights)?;
         args.take_all(); // every argument was honoured or refused by the layer's own reader
         Ok(Self { layer: config.init_with_weights(&weights, device)? })

@@ -21,6 +21,9 @@ pub struct LayerNorm {
     pub epsilon: f64,
     /// Keras' deprecated `rms_scaling`: `x * rsqrt(var + eps) * gamma`, no centring.
     pub rms_scaling: bool,
+    /// gamma's and beta's shape as saved: the sizes of the normalized axes.
+    #[module(skip)]
+    pub param_shape: Vec<usize>,
 }
 
 impl LayerNorm {
@@ -32,16 +35,12 @@ impl LayerNorm {
         let rms_scaling = args.take_bool("rms_scaling", false)?;
         let mut vars = VarReader::new(&args.what, vars);
         let any = vec![None; axes.len()];
-        let gamma = if scale || rms_scaling { Some(flat(vars.next("gamma", &any)?, device)?) } else { None };
-        let beta = if center && !rms_scaling { Some(flat(vars.next("beta", &any)?, device)?) } else { None };
+        let gamma = if scale || rms_scaling { Some(vars.next("gamma", &any)?) } else { None };
+        let beta = if center && !rms_scaling { Some(vars.next("beta", &any)?) } else { None };
         vars.finish()?;
-        Ok(Self {
-            gamma: gamma.map(Param::from_tensor),
-            beta: beta.map(Param::from_tensor),
-            axes,
-            epsilon,
-            rms_scaling,
-        })
+        let param_shape = gamma.as_ref().or(beta.as_ref()).map(|p| p.shape.clone()).unwrap_or_default();
+        let param = |p: Option<HostTensor>| p.map(|p| flat(p, device).map(Param::from_tensor)).transpose();
+        Ok(Self { gamma: param(gamma)?, beta: param(beta)?, axes, epsilon, rms_scaling, param_shape })
     }
 
     pub fn call(&self, call: &Call) -> Result<Vec<Value>> {
