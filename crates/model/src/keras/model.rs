@@ -179,8 +179,8 @@ impl KerasModel {
                             put(var, host(p.val()));
                         }
                     }
-                    put("moving_mean", host(n.moving_mean.val()));
-                    put("moving_variance", host(n.moving_variance.val()));
+                    put("moving_mean", host(n.moving_mean.value_sync()));
+                    put("moving_variance", host(n.moving_variance.value_sync()));
                 }
                 Layer::Attention(a) => {
                     // `query.kernel` -> `query/kernel`, as Keras' variable paths name the sublayers

@@ -179,7 +179,7 @@ pub fn torch_export(model: &KerasModel, ranks: &[usize], weights_file: &str, pro
                 format!("LayerNormalization(axes {:?}, eps {:e})", n.axes, n.epsilon)
             }
             Layer::BatchNorm(n) => {
-                let channels = n.moving_mean.dims()[0];
+                let channels = n.moving_mean.value_sync().dims()[0];
                 if built.insert(node.layer) {
                     let _ = writeln!(
                         init,
@@ -195,8 +195,11 @@ pub fn torch_export(model: &KerasModel, ranks: &[usize], weights_file: &str, pro
                             state.insert(format!("{attr}.{name}"), HostTensor::from_tensor(p.val()));
                         }
                     }
-                    state.insert(format!("{attr}.moving_mean"), HostTensor::from_tensor(n.moving_mean.val()));
-                    state.insert(format!("{attr}.moving_variance"), HostTensor::from_tensor(n.moving_variance.val()));
+                    state.insert(format!("{attr}.moving_mean"), HostTensor::from_tensor(n.moving_mean.value_sync()));
+                    state.insert(
+                        format!("{attr}.moving_variance"),
+                        HostTensor::from_tensor(n.moving_variance.value_sync()),
+                    );
                 }
                 e.line(format!("x{index}, m{index} = self.{attr}({}, {first_mask}), {first_mask}", arg0(node)?));
                 format!("BatchNormalization(axis {}, eps {:e})", n.axis, n.epsilon)

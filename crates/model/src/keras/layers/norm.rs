@@ -1,7 +1,7 @@
 //! `LayerNormalization` and `BatchNormalization`, in the order of operations Keras' TensorFlow
 //! backend uses (`inv = rsqrt(var + eps) * gamma; y = x * inv + (beta - mean * inv)`).
 
-use burn::module::{Module, Param};
+use burn::module::{Module, Param, RunningState};
 use burn::tensor::{Device, Tensor};
 
 use super::{Call, keep_mask};
@@ -115,8 +115,9 @@ fn flat(host: HostTensor, device: &Device) -> Result<Tensor<1>> {
 pub struct BatchNorm {
     pub gamma: Option<Param<Tensor<1>>>,
     pub beta: Option<Param<Tensor<1>>>,
-    pub moving_mean: Param<Tensor<1>>,
-    pub moving_variance: Param<Tensor<1>>,
+    /// Updated by every training call, as Keras' `assign` does (not trained by gradients).
+    pub moving_mean: RunningState<Tensor<1>>,
+    pub moving_variance: RunningState<Tensor<1>>,
     pub axis: i64,
     pub epsilon: f64,
     pub momentum: f64,
@@ -149,8 +150,8 @@ impl BatchNorm {
         Ok(Self {
             gamma: gamma.map(Param::from_tensor),
             beta: beta.map(Param::from_tensor),
-            moving_mean: Param::from_tensor(moving_mean).set_require_grad(false),
-            moving_variance: Param::from_tensor(moving_variance).set_require_grad(false),
+            moving_mean: RunningState::new(moving_mean),
+            moving_variance: RunningState::new(moving_variance),
             axis,
             epsilon,
             momentum,
@@ -172,9 +173,16 @@ impl BatchNorm {
                 Some(mask) if mask.rank() == rank - 1 => Some(mask.clone().expand_dims(rank - 1)?),
                 _ => None,
             };
-            moments(&x, &reduce, weights.as_ref())?
+            let (mean, variance) = moments(&x, &reduce, weights.as_ref())?;
+            // moving = moving * momentum + batch * (1 - momentum), outside the gradient
+            let momentum = self.momentum as f32;
+            for (state, batch) in [(&self.moving_mean, &mean), (&self.moving_variance, &variance)] {
+                let batch = batch.clone().reshape(&[shape[channel]])?.rank_n::<1>("moments")?.detach();
+                state.update(state.value_sync().mul_scalar(momentum) + batch.mul_scalar(1.0 - momentum));
+            }
+            (mean, variance)
         } else {
-            (as_shape(self.moving_mean.val())?, as_shape(self.moving_variance.val())?)
+            (as_shape(self.moving_mean.value_sync())?, as_shape(self.moving_variance.value_sync())?)
         };
         let mut inv = variance.map(Unary::Shift(self.epsilon as f32)).map(Unary::Sqrt).map(Unary::PowScalar(-1.0));
         if let Some(g) = &self.gamma {
