@@ -30,44 +30,9 @@ pub fn convert_model_to_torch(input: &Path, out: Option<PathBuf>) -> Result<Stri
     );
 
     // The probe: deterministic inputs; token ids padded with zeros at the end so masks matter.
-    let mut rng = Rng::from_parts(&[24, 0x70_72_6f_62_65]);
     let mut probe = WeightMap::new();
     let mut inputs = Vec::new();
-    for spec in model.inputs() {
-        let shape: Vec<usize> = spec
-            .shape
-            .iter()
-            .enumerate()
-            .map(|(i, &d)| {
-                if d > 0 {
-                    d
-                } else if i == 0 {
-                    PROBE_BATCH
-                } else {
-                    OPEN_AXIS
-                }
-            })
-            .collect();
-        let count: usize = shape.iter().product();
-        let data: Vec<f32> = match DType::parse(&spec.dtype) {
-            Some(DType::Float) | None => (0..count).map(|_| rng.uniform() as f32 * 2.0 - 1.0).collect(),
-            _ => {
-                let vocabulary = token_range(&model, &spec.name);
-                let row = count / shape[0];
-                (0..count)
-                    .map(|i| {
-                        let (r, c) = (i / row, i % row);
-                        // row r keeps its first `row - r - 1` ids (at least one)
-                        if c + r + 1 >= row && c > 0 {
-                            0.0
-                        } else {
-                            1.0 + (rng.next_u64() % (vocabulary - 1).max(1) as u64) as f32
-                        }
-                    })
-                    .collect()
-            }
-        };
-        let host = HostTensor::new(shape, data);
+    for (spec, host) in model.inputs().iter().zip(probe_inputs(&model, &[24, 0x70_72_6f_62_65])) {
         probe.insert(format!("inputs.{}", spec.name), host.clone());
         inputs.push(DynTensor::from_host(&host, &device)?);
     }
@@ -110,6 +75,49 @@ pub fn convert_model_to_torch(input: &Path, out: Option<PathBuf>) -> Result<Stri
     Ok(report)
 }
 
+/// Deterministic probe inputs for `model`: its batch shapes with open axes set (batch
+/// [`PROBE_BATCH`], others [`OPEN_AXIS`]); floats uniform in [-1, 1); token ids below the
+/// vocabulary, row `r` padded with `r` zeros at its end (at least one id kept) so masks matter.
+fn probe_inputs(model: &KerasModel, seed: &[u64]) -> Vec<HostTensor> {
+    let mut rng = Rng::from_parts(seed);
+    model
+        .inputs()
+        .iter()
+        .map(|spec| {
+            let shape: Vec<usize> = spec
+                .shape
+                .iter()
+                .enumerate()
+                .map(|(i, &d)| {
+                    if d > 0 {
+                        d
+                    } else if i == 0 {
+                        PROBE_BATCH
+                    } else {
+                        OPEN_AXIS
+                    }
+                })
+                .collect();
+            let count: usize = shape.iter().product();
+            let data = match DType::parse(&spec.dtype) {
+                Some(DType::Float) | None => (0..count).map(|_| rng.uniform() as f32 * 2.0 - 1.0).collect(),
+                _ => {
+                    let vocabulary = token_range(model, &spec.name);
+                    let row = count / shape[0];
+                    (0..count)
+                        .map(|i| {
+                            let (r, c) = (i / row, i % row);
+                            let padding = c > 0 && c + r >= row;
+                            if padding { 0.0 } else { 1.0 + (rng.next_u64() % (vocabulary - 1).max(1) as u64) as f32 }
+                        })
+                        .collect()
+                }
+            };
+            HostTensor::new(shape, data)
+        })
+        .collect()
+}
+
 /// Token ids for an integer input: below the smallest `Embedding` it feeds directly, else 2.
 fn token_range(model: &KerasModel, input: &str) -> usize {
     let graph = &model.graph;
@@ -135,35 +143,7 @@ pub fn convert_model_to_burn(input: &Path, out: Option<PathBuf>) -> Result<Strin
     let out = if out.extension().is_none() { out.with_extension("bpk") } else { out };
     model.save_burnpack(&out)?;
     let back = KerasModel::from_file(&out, &device).with_context(|| format!("reading back {}", out.display()))?;
-    let mut rng = Rng::from_parts(&[24, 0x62_70_6b]);
-    let inputs: Vec<HostTensor> = model
-        .inputs()
-        .iter()
-        .map(|spec| {
-            let shape: Vec<usize> = spec
-                .shape
-                .iter()
-                .enumerate()
-                .map(|(i, &d)| {
-                    if d > 0 {
-                        d
-                    } else if i == 0 {
-                        PROBE_BATCH
-                    } else {
-                        OPEN_AXIS
-                    }
-                })
-                .collect();
-            let count = shape.iter().product();
-            let data = match DType::parse(&spec.dtype) {
-                Some(DType::Float) | None => (0..count).map(|_| rng.uniform() as f32 * 2.0 - 1.0).collect(),
-                _ => (0..count)
-                    .map(|_| 1.0 + (rng.next_u64() % (token_range(&model, &spec.name) - 1).max(1) as u64) as f32)
-                    .collect(),
-            };
-            HostTensor::new(shape, data)
-        })
-        .collect();
+    let inputs = probe_inputs(&model, &[24, 0x62_70_6b]);
     let (ours, theirs) = (model.predict(&inputs, &device)?, back.predict(&inputs, &device)?);
     let difference = ours
         .iter()

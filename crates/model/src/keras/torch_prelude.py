@@ -181,6 +181,17 @@ class EinsumDense(torch.nn.Module):
         return ACTIVATIONS[self.activation](y)
 
 
+def normalize(x, mean, variance, epsilon, gamma, beta, shape):
+    """Keras' order of operations: inv = rsqrt(var + eps) * gamma; x * inv + (beta - mean * inv)."""
+    inv = torch.rsqrt(variance + epsilon)
+    if gamma is not None:
+        inv = inv * gamma.reshape(shape)
+    offset = -mean * inv
+    if beta is not None:
+        offset = offset + beta.reshape(shape)
+    return x * inv + offset
+
+
 class LayerNormalization(torch.nn.Module):
     """keras.layers.LayerNormalization over any axes, as Keras orders the operations."""
 
@@ -194,15 +205,9 @@ class LayerNormalization(torch.nn.Module):
         axes = sorted(a % x.dim() for a in self.axes)
         shape = [x.shape[i] if i in axes else 1 for i in range(x.dim())]
         variance, mean = torch.var_mean(x, dim=axes, keepdim=True, correction=0)
-        inv = torch.rsqrt(variance + self.epsilon)
         if self.rms_scaling:  # Keras' deprecated rms_scaling: x * rsqrt(var + eps) * gamma
-            return x * inv * self.gamma.reshape(shape)
-        if self.gamma is not None:
-            inv = inv * self.gamma.reshape(shape)
-        offset = -mean * inv
-        if self.beta is not None:
-            offset = offset + self.beta.reshape(shape)
-        return x * inv + offset
+            return x * torch.rsqrt(variance + self.epsilon) * self.gamma.reshape(shape)
+        return normalize(x, mean, variance, self.epsilon, self.gamma, self.beta, shape)
 
 
 class BatchNormalization(torch.nn.Module):
@@ -230,13 +235,7 @@ class BatchNormalization(torch.nn.Module):
                 self.moving_variance.mul_(self.momentum).add_((1 - self.momentum) * variance.reshape(-1))
         else:
             mean, variance = self.moving_mean.reshape(shape), self.moving_variance.reshape(shape)
-        inv = torch.rsqrt(variance + self.epsilon)
-        if self.gamma is not None:
-            inv = inv * self.gamma.reshape(shape)
-        offset = -mean * inv
-        if self.beta is not None:
-            offset = offset + self.beta.reshape(shape)
-        return x * inv + offset
+        return normalize(x, mean, variance, self.epsilon, self.gamma, self.beta, shape)
 
 
 class PReLU(torch.nn.Module):

@@ -59,25 +59,44 @@ impl LayerNorm {
             |p: &Option<Param<Tensor<1>>>| p.as_ref().map(|p| DynTensor::from(p.val()).reshape(&broadcast)).transpose();
         let (gamma, beta) = (param(&self.gamma)?, param(&self.beta)?);
         let (mean, variance) = moments(&x, &axes, None)?;
-        let mut inv = variance.map(Unary::Shift(self.epsilon as f32)).map(Unary::Sqrt).map(Unary::PowScalar(-1.0));
         let y = if self.rms_scaling {
-            let y = DynTensor::binary(Binary::Multiply, x, inv)?;
+            // Keras' deprecated rms_scaling: x * rsqrt(var + eps) * gamma
+            let y = DynTensor::binary(Binary::Multiply, x, inverse_deviation(variance, self.epsilon))?;
             match gamma {
                 Some(g) => DynTensor::binary(Binary::Multiply, y, g)?,
                 None => y,
             }
         } else {
-            if let Some(g) = gamma {
-                inv = DynTensor::binary(Binary::Multiply, inv, g)?;
-            }
-            let mut offset = DynTensor::binary(Binary::Multiply, mean.map(Unary::Negative), inv.clone())?;
-            if let Some(b) = beta {
-                offset = DynTensor::binary(Binary::Add, offset, b)?;
-            }
-            DynTensor::binary(Binary::Add, DynTensor::binary(Binary::Multiply, x, inv)?, offset)?
+            normalize(x, mean, variance, self.epsilon, gamma, beta)?
         };
         Ok(vec![keep_mask(Value::float(y), call)])
     }
+}
+
+/// `1 / sqrt(variance + epsilon)`.
+fn inverse_deviation(variance: DynTensor, epsilon: f64) -> DynTensor {
+    variance.map(Unary::Shift(epsilon as f32)).map(Unary::Sqrt).map(Unary::PowScalar(-1.0))
+}
+
+/// Keras' order of operations (TensorFlow's `batch_normalization`):
+/// `inv = rsqrt(var + eps) * gamma; y = x * inv + (beta - mean * inv)`.
+fn normalize(
+    x: DynTensor,
+    mean: DynTensor,
+    variance: DynTensor,
+    epsilon: f64,
+    gamma: Option<DynTensor>,
+    beta: Option<DynTensor>,
+) -> Result<DynTensor> {
+    let mut inv = inverse_deviation(variance, epsilon);
+    if let Some(g) = gamma {
+        inv = DynTensor::binary(Binary::Multiply, inv, g)?;
+    }
+    let mut offset = DynTensor::binary(Binary::Multiply, mean.map(Unary::Negative), inv.clone())?;
+    if let Some(b) = beta {
+        offset = DynTensor::binary(Binary::Add, offset, b)?;
+    }
+    DynTensor::binary(Binary::Add, DynTensor::binary(Binary::Multiply, x, inv)?, offset)
 }
 
 /// Mean and (biased) variance over `axes`, kept as size 1; with `weights`, weighted by them.
@@ -184,15 +203,9 @@ impl BatchNorm {
         } else {
             (as_shape(self.moving_mean.value_sync())?, as_shape(self.moving_variance.value_sync())?)
         };
-        let mut inv = variance.map(Unary::Shift(self.epsilon as f32)).map(Unary::Sqrt).map(Unary::PowScalar(-1.0));
-        if let Some(g) = &self.gamma {
-            inv = DynTensor::binary(Binary::Multiply, inv, as_shape(g.val())?)?;
-        }
-        let mut offset = DynTensor::binary(Binary::Multiply, mean.map(Unary::Negative), inv.clone())?;
-        if let Some(b) = &self.beta {
-            offset = DynTensor::binary(Binary::Add, offset, as_shape(b.val())?)?;
-        }
-        let y = DynTensor::binary(Binary::Add, DynTensor::binary(Binary::Multiply, x, inv)?, offset)?;
+        let gamma = self.gamma.as_ref().map(|g| as_shape(g.val())).transpose()?;
+        let beta = self.beta.as_ref().map(|b| as_shape(b.val())).transpose()?;
+        let y = normalize(x, mean, variance, self.epsilon, gamma, beta)?;
         Ok(vec![keep_mask(Value::float(y), call)])
     }
 }
