@@ -147,6 +147,8 @@ struct Scope<'c> {
     done: HashMap<(String, usize), Option<Produced>>,
     /// For a nested model: its input layers' names and the ports they stand for.
     bound_inputs: HashMap<String, Port>,
+    /// How many models hold this one (0 for the file's own model).
+    depth: usize,
 }
 
 /// What a call produced: one node's outputs, or a nested model's output ports.
@@ -215,6 +217,7 @@ impl<'a> Builder<'a> {
             qualified: HashMap::new(),
             done: HashMap::new(),
             bound_inputs: HashMap::new(),
+            depth,
         };
         // Every layer of the list gets its h5 path, called or not, as Keras numbers them.
         let mut used = HashMap::new();
@@ -258,7 +261,7 @@ impl<'a> Builder<'a> {
         }
 
         if sequential {
-            return self.expand_sequential(config, &mut scope, &chain, inputs, depth, h5_prefix);
+            return self.expand_sequential(config, &mut scope, &chain, inputs);
         }
 
         // A nested functional model starts with a node of its own, which `input_layers` and
@@ -291,7 +294,7 @@ impl<'a> Builder<'a> {
             }
             None => {
                 for (name, node, tensor) in &input_refs {
-                    let port = self.resolve(&mut scope, name, *node, *tensor, depth, h5_prefix)?;
+                    let port = self.resolve(&mut scope, name, *node, *tensor)?;
                     let entry = scope.entries[name.as_str()];
                     let input = self.input_spec(entry, name, port.node)?;
                     self.inputs.push(input);
@@ -300,7 +303,7 @@ impl<'a> Builder<'a> {
         }
         let mut outputs = Vec::new();
         for (name, node, tensor) in &output_refs {
-            let port = self.resolve(&mut scope, name, *node, *tensor, depth, h5_prefix)?;
+            let port = self.resolve(&mut scope, name, *node, *tensor)?;
             outputs.push((name.clone(), port));
         }
         Ok(outputs)
@@ -313,8 +316,6 @@ impl<'a> Builder<'a> {
         scope: &mut Scope,
         chain: &[(String, String)],
         inputs: Option<Vec<Port>>,
-        depth: usize,
-        h5_prefix: &str,
     ) -> Result<Vec<(String, Port)>> {
         let mut steps = chain.iter().peekable();
         let mut current = match inputs {
@@ -371,7 +372,7 @@ impl<'a> Builder<'a> {
         let mut last = None;
         for (name, _) in steps {
             let entry = scope.entries[name.as_str()];
-            let produced = self.call(scope, name, entry, 0, vec![Arg::Tensor(current)], vec![], depth, h5_prefix)?;
+            let produced = self.call(scope, name, entry, 0, vec![Arg::Tensor(current)], vec![])?;
             current = produced.port(0).ok_or_else(|| self.error(format!("{name}: a sub-model without outputs")))?;
             last = Some(name.clone());
         }
@@ -393,15 +394,7 @@ impl<'a> Builder<'a> {
     }
 
     /// The port of `[name, node, tensor]` in `scope`, adding the calls it needs first.
-    fn resolve(
-        &mut self,
-        scope: &mut Scope,
-        name: &str,
-        call: usize,
-        tensor: usize,
-        depth: usize,
-        h5_prefix: &str,
-    ) -> Result<Port> {
+    fn resolve(&mut self, scope: &mut Scope, name: &str, call: usize, tensor: usize) -> Result<Port> {
         if let Some(port) = scope.bound_inputs.get(name) {
             return Ok(*port);
         }
@@ -418,7 +411,7 @@ impl<'a> Builder<'a> {
             }
             None => {
                 scope.done.insert((name.to_string(), call), None);
-                let produced = self.resolve_call(scope, name, entry, call, depth, h5_prefix)?;
+                let produced = self.resolve_call(scope, name, entry, call)?;
                 scope.done.insert((name.to_string(), call), Some(produced.clone()));
                 produced
             }
@@ -427,15 +420,7 @@ impl<'a> Builder<'a> {
     }
 
     /// Adds the `call`-th call of the layer `name` (its recorded inbound node).
-    fn resolve_call(
-        &mut self,
-        scope: &mut Scope,
-        name: &str,
-        entry: &Json,
-        call: usize,
-        depth: usize,
-        h5_prefix: &str,
-    ) -> Result<Produced> {
+    fn resolve_call(&mut self, scope: &mut Scope, name: &str, entry: &Json, call: usize) -> Result<Produced> {
         let where_ = qualify(&scope.prefix, name);
         let class = entry.get("class_name").and_then(Json::as_str).unwrap_or_default();
         if class == "InputLayer" {
@@ -453,23 +438,20 @@ impl<'a> Builder<'a> {
             )));
         };
         let args = match recorded.get("args") {
-            Some(Json::Array(items)) => {
-                items.iter().map(|a| self.arg(scope, a, depth, h5_prefix)).collect::<Result<Vec<_>>>()?
-            }
+            Some(Json::Array(items)) => items.iter().map(|a| self.arg(scope, a)).collect::<Result<Vec<_>>>()?,
             Some(other) => return Err(self.error(format!("layer {where_}: call args {other} is not a list"))),
             None => vec![],
         };
         let mut kwargs = Vec::new();
         if let Some(Json::Object(map)) = recorded.get("kwargs") {
             for (key, value) in map {
-                kwargs.push((key.clone(), self.arg(scope, value, depth, h5_prefix)?));
+                kwargs.push((key.clone(), self.arg(scope, value)?));
             }
         }
-        self.call(scope, name, entry, call, args, kwargs, depth, h5_prefix)
+        self.call(scope, name, entry, call, args, kwargs)
     }
 
     /// One call of a layer with resolved arguments: a node, or a nested model expanded in place.
-    #[allow(clippy::too_many_arguments)] // one recursive step of the expansion; a struct would only rename them
     fn call(
         &mut self,
         scope: &mut Scope,
@@ -478,8 +460,6 @@ impl<'a> Builder<'a> {
         call: usize,
         args: Vec<Arg>,
         kwargs: Vec<(String, Arg)>,
-        depth: usize,
-        h5_prefix: &str,
     ) -> Result<Produced> {
         let where_ = qualify(&scope.prefix, name);
         let layer = scope.qualified[name];
@@ -487,8 +467,7 @@ impl<'a> Builder<'a> {
             // A nested model: its inputs are this call's tensors, in its input order.
             let ports: Vec<Port> = args.iter().flat_map(Arg::ports).collect();
             let inner_h5 = self.layers[layer].h5_path.clone().unwrap_or_default();
-            let outputs = self.expand(entry, &where_, &inner_h5, Some(ports), depth + 1)?;
-            let _ = h5_prefix;
+            let outputs = self.expand(entry, &where_, &inner_h5, Some(ports), scope.depth + 1)?;
             return Ok(Produced::Ports(outputs.into_iter().map(|(_, port)| port).collect()));
         }
         Ok(Produced::Node(self.push_node(layer, &where_, call, args, kwargs)))
@@ -508,7 +487,7 @@ impl<'a> Builder<'a> {
     }
 
     /// A recorded argument: a `__keras_tensor__` becomes a port (its producer added first).
-    fn arg(&mut self, scope: &mut Scope, value: &Json, depth: usize, h5_prefix: &str) -> Result<Arg> {
+    fn arg(&mut self, scope: &mut Scope, value: &Json) -> Result<Arg> {
         if value.get("class_name").and_then(Json::as_str) == Some("__keras_tensor__") {
             let reference = value.pointer("/config/keras_history").and_then(history).ok_or_else(|| {
                 self.error(format!(
@@ -517,12 +496,10 @@ impl<'a> Builder<'a> {
                 ))
             })?;
             let (name, call, tensor) = reference;
-            return Ok(Arg::Tensor(self.resolve(scope, &name, call, tensor, depth, h5_prefix)?));
+            return Ok(Arg::Tensor(self.resolve(scope, &name, call, tensor)?));
         }
         match value {
-            Json::Array(items) => {
-                Ok(Arg::List(items.iter().map(|v| self.arg(scope, v, depth, h5_prefix)).collect::<Result<_>>()?))
-            }
+            Json::Array(items) => Ok(Arg::List(items.iter().map(|v| self.arg(scope, v)).collect::<Result<_>>()?)),
             other => Ok(Arg::Const(other.clone())),
         }
     }

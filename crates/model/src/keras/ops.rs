@@ -5,9 +5,9 @@
 
 use serde_json::Value as Json;
 
-use super::config::{LayerArgs, axis};
+use super::config::LayerArgs;
 use super::layers::{Call, Input};
-use super::value::{Binary, DType, DynTensor, Reduce, Unary, Value};
+use super::value::{Binary, DType, DynTensor, Reduce, Unary, Value, resolve_shape};
 use crate::error::Result;
 
 /// Every operation class this converter runs, for the error on any other.
@@ -154,7 +154,7 @@ impl Operation {
             Self::Softmax { axis: a, log } => {
                 let x = operand(0)?.0;
                 let rank = x.rank();
-                let a = axis(*a, rank).ok_or_else(|| call.error(format!("axis {a} of rank {rank}")))?;
+                let a = call.axis(*a, rank)?;
                 (if *log { x.log_softmax(a) } else { x.softmax(a) }, DType::Float)
             }
             Self::Cast(to) => {
@@ -180,18 +180,14 @@ impl Operation {
                 let parts: Vec<&Value> = call.args.first().map(Input::tensors).unwrap_or_default();
                 let dtype = parts.first().map_or(DType::Float, |v| v.dtype);
                 let rank = parts.first().map_or(1, |v| v.shape().len());
-                let a = axis(*a, rank).ok_or_else(|| call.error(format!("axis {a} of rank {rank}")))?;
+                let a = call.axis(*a, rank)?;
                 (DynTensor::concat(parts.into_iter().map(|v| v.tensor.clone()).collect(), a)?, dtype)
             }
             Self::Reshape { shape } => {
                 let (x, dtype) = operand(0)?;
-                let total: usize = x.shape().iter().product();
-                let known: usize = shape.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
-                let free = shape.iter().filter(|&&d| d < 0).count();
-                if free > 1 || known == 0 || (free == 0 && known != total) || !total.is_multiple_of(known) {
+                let Some(dims) = resolve_shape(shape, x.shape().iter().product()) else {
                     return Err(call.error(format!("cannot reshape {:?} to {shape:?}", x.shape())));
-                }
-                let dims: Vec<usize> = shape.iter().map(|&d| if d < 0 { total / known } else { d as usize }).collect();
+                };
                 (x.reshape(&dims)?, dtype)
             }
             Self::Transpose { axes } => {
@@ -199,20 +195,14 @@ impl Operation {
                 let rank = x.rank();
                 let order: Vec<usize> = match axes {
                     None => (0..rank).rev().collect(),
-                    Some(axes) => axes
-                        .iter()
-                        .map(|&a| axis(a, rank).ok_or_else(|| call.error(format!("axis {a} of rank {rank}"))))
-                        .collect::<Result<_>>()?,
+                    Some(axes) => call.axes(axes, rank)?,
                 };
                 (x.permute(&order)?, dtype)
             }
             Self::ExpandDims { axes } => {
                 let (mut x, dtype) = operand(0)?;
                 let rank = x.rank() + axes.len();
-                let mut resolved: Vec<usize> = axes
-                    .iter()
-                    .map(|&a| axis(a, rank).ok_or_else(|| call.error(format!("axis {a} of rank {rank}"))))
-                    .collect::<Result<_>>()?;
+                let mut resolved: Vec<usize> = call.axes(axes, rank)?;
                 resolved.sort();
                 for a in resolved {
                     x = x.expand_dims(a)?;
@@ -225,10 +215,7 @@ impl Operation {
                 let rank = shape.len();
                 let drop: Vec<usize> = match axes {
                     None => (0..rank).filter(|&i| shape[i] == 1).collect(),
-                    Some(axes) => axes
-                        .iter()
-                        .map(|&a| axis(a, rank).ok_or_else(|| call.error(format!("axis {a} of rank {rank}"))))
-                        .collect::<Result<_>>()?,
+                    Some(axes) => call.axes(axes, rank)?,
                 };
                 if let Some(&bad) = drop.iter().find(|&&a| shape[a] != 1) {
                     return Err(call.error(format!("cannot squeeze axis {bad} of shape {shape:?}")));
@@ -241,10 +228,7 @@ impl Operation {
                 let rank = x.rank();
                 let axes: Vec<usize> = match axes {
                     None => (0..rank).collect(),
-                    Some(axes) => axes
-                        .iter()
-                        .map(|&a| axis(a, rank).ok_or_else(|| call.error(format!("axis {a} of rank {rank}"))))
-                        .collect::<Result<_>>()?,
+                    Some(axes) => call.axes(axes, rank)?,
                 };
                 let dtype = match kind {
                     Reduce::Any | Reduce::All => DType::Bool,

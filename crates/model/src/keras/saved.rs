@@ -121,13 +121,7 @@ impl VarReader {
 
     /// The next variable, which must have `shape` (`None` entries: any size).
     pub fn next(&mut self, name: &str, shape: &[Option<usize>]) -> Result<HostTensor> {
-        let Some(tensor) = self.vars.next() else {
-            return Err(ModelError::InvalidConfig {
-                field: "weights",
-                value: self.what.clone(),
-                reason: format!("its config needs a variable `{name}` beyond the {} saved", self.count),
-            });
-        };
+        let tensor = self.next_any(name)?;
         let fits =
             tensor.shape.len() == shape.len() && tensor.shape.iter().zip(shape).all(|(d, s)| s.is_none_or(|s| s == *d));
         if !fits {

@@ -10,6 +10,7 @@
 use burn::tensor::{Device, Shape, Slice, Tensor, TensorData, activation};
 
 use crate::error::{ModelError, Result};
+use crate::nd_mask::broadcast_shape;
 use crate::weights::HostTensor;
 
 /// The largest rank a Keras tensor may have here: `[B, a_1, ..., a_4, D]`.
@@ -239,16 +240,16 @@ impl DynTensor {
 
     /// `a op b` with numpy broadcasting.
     pub fn binary(op: Binary, a: Self, b: Self) -> Result<Self> {
-        let rank = a.rank().max(b.rank());
-        let (a, b) = (a.lift_to(rank)?, b.lift_to(rank)?);
         let (sa, sb) = (a.shape(), b.shape());
-        if sa.iter().zip(&sb).any(|(x, y)| x != y && *x != 1 && *y != 1) {
+        if broadcast_shape(&sa, &sb).is_none() {
             return Err(ModelError::InputShape {
                 input: "elementwise operation",
                 expected: format!("shapes that broadcast against {sb:?}"),
                 found: sa,
             });
         }
+        let rank = sa.len().max(sb.len());
+        let (a, b) = (a.lift_to(rank)?, b.lift_to(rank)?);
         Ok(zip_rank!(a, b, |x, y| op.apply(x, y)))
     }
 
@@ -256,16 +257,13 @@ impl DynTensor {
     pub fn select(condition: Self, on_true: Self, on_false: Self) -> Result<Self> {
         // c*t + (1-c)*f would turn an infinite branch into NaN; choose per element instead.
         let keep = Self::binary(Binary::NotEqual, condition, Self::scalar(0.0, &on_true.device()))?;
-        let rank = keep.rank().max(on_true.rank()).max(on_false.rank());
-        let mut shape = vec![1; rank];
-        for s in [keep.shape(), on_true.shape(), on_false.shape()] {
-            let offset = rank - s.len();
-            for (i, d) in s.into_iter().enumerate() {
-                if d != 1 {
-                    shape[offset + i] = d;
-                }
-            }
-        }
+        let shape = broadcast_shape(&keep.shape(), &on_true.shape())
+            .and_then(|s| broadcast_shape(&s, &on_false.shape()))
+            .ok_or_else(|| ModelError::InputShape {
+                input: "where",
+                expected: format!("branches that broadcast against {:?} and each other", keep.shape()),
+                found: on_true.shape(),
+            })?;
         let [keep, on_true, on_false] = [keep, on_true, on_false].map(|t| t.broadcast_to(&shape));
         let (keep, on_true, on_false) = (keep?, on_true?, on_false?);
         Ok(match (keep, on_true, on_false) {
@@ -481,6 +479,17 @@ impl DynTensor {
         let rows = table.select(0, flat);
         Self::from(rows).reshape(&[shape, vec![width]].concat())
     }
+}
+
+/// A target shape with at most one `-1` (the size the other entries leave) for `total` elements,
+/// or `None` when it cannot hold them.
+pub fn resolve_shape(target: &[i64], total: usize) -> Option<Vec<usize>> {
+    let known: usize = target.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
+    let free = target.iter().filter(|&&d| d < 0).count();
+    if free > 1 || known == 0 || (free == 0 && known != total) || !total.is_multiple_of(known) {
+        return None;
+    }
+    Some(target.iter().map(|&d| if d < 0 { total / known } else { d as usize }).collect())
 }
 
 fn check_rank(shape: &[usize]) -> Result<()> {

@@ -9,7 +9,7 @@ use burn::module::{Module, Param};
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::{Device, Tensor, module::conv1d};
 
-use super::Call;
+use super::{Call, same_padding};
 use crate::error::Result;
 use crate::keras::activation::Activation;
 use crate::keras::config::LayerArgs;
@@ -77,9 +77,8 @@ impl Conv1d {
         let reach = (kernel - 1) * self.dilation + 1;
         let (left, right) = match self.padding.as_str() {
             "same" => {
-                let out = length.div_ceil(self.stride);
-                let total = ((out - 1) * self.stride + reach).saturating_sub(length);
-                (total / 2, total - total / 2)
+                let (_, left, right) = same_padding(length, reach, self.stride);
+                (left, right)
             }
             "causal" => (reach - 1, 0),
             _ => (0, 0),

@@ -5,10 +5,10 @@ use burn::module::{Module, Param};
 use burn::tensor::{Device, EinsumOperand};
 use burn::tensor::{Distribution, Tensor, activation as act};
 
-use super::{Call, keep_mask};
+use super::{Call, flat_tensor, keep_mask};
 use crate::error::Result;
 use crate::keras::activation::{Activation, elu};
-use crate::keras::config::{LayerArgs, axis};
+use crate::keras::config::LayerArgs;
 use crate::keras::saved::VarReader;
 use crate::keras::value::{Binary, DynTensor, Reduce, Unary, Value, map_rank};
 use crate::weights::HostTensor;
@@ -114,9 +114,9 @@ impl EinsumDense {
         Ok(Self {
             output_rank: output.len(),
             kernel_shape: kernel.shape.clone(),
-            kernel: Param::from_tensor(flat(&kernel, device)?),
+            kernel: Param::from_tensor(flat_tensor(&kernel, device)?),
             bias_shape: bias.as_ref().map(|b| b.shape.clone()).unwrap_or_default(),
-            bias: bias.map(|b| flat(&b, device)).transpose()?.map(Param::from_tensor),
+            bias: bias.map(|b| flat_tensor(&b, device)).transpose()?.map(Param::from_tensor),
             equation,
             activation,
         })
@@ -145,10 +145,6 @@ impl EinsumDense {
         // EinsumDense does not support masking: the mask stops here.
         Ok(vec![Value::float(self.activation.apply(y))])
     }
-}
-
-fn flat(host: &HostTensor, device: &Device) -> Result<Tensor<1>> {
-    host.reshaped(vec![host.data.len()]).to_tensor("variable", device)
 }
 
 /// `keras.layers.Embedding`: rows of a table; `mask_zero` masks the id 0.
@@ -202,7 +198,7 @@ impl PRelu {
         let mut vars = VarReader::new(&args.what, vars);
         let alpha = vars.next_any("alpha")?;
         vars.finish()?;
-        Ok(Self { alpha_shape: alpha.shape.clone(), alpha: Param::from_tensor(flat(&alpha, device)?) })
+        Ok(Self { alpha_shape: alpha.shape.clone(), alpha: Param::from_tensor(flat_tensor(&alpha, device)?) })
     }
 
     pub fn call(&self, call: &Call) -> Result<Vec<Value>> {
@@ -369,10 +365,7 @@ fn softmax(x: DynTensor, axes: &[i64], call: &Call) -> Result<Vec<Value>> {
         let device = x.device();
         x = DynTensor::select(mask.clone(), x, DynTensor::scalar(-1e9, &device))?;
     }
-    let resolved: Vec<usize> = axes
-        .iter()
-        .map(|&a| axis(a, rank).ok_or_else(|| call.error(format!("axis {a} of a rank-{rank} input"))))
-        .collect::<Result<_>>()?;
+    let resolved: Vec<usize> = call.axes(axes, rank)?;
     let y = match resolved.as_slice() {
         [one] => x.softmax(*one),
         many => {

@@ -6,7 +6,7 @@
 
 use super::Call;
 use crate::error::Result;
-use crate::keras::config::{LayerArgs, axis};
+use crate::keras::config::LayerArgs;
 use crate::keras::value::{Binary, DynTensor, Reduce, Value};
 
 #[derive(Debug, Clone)]
@@ -65,7 +65,7 @@ impl Merge {
             }
             Self::Concatenate { axis: a } => {
                 let rank = inputs[0].shape().len();
-                let resolved = axis(*a, rank).ok_or_else(|| call.error(format!("axis {a} of rank-{rank} inputs")))?;
+                let resolved = call.axis(*a, rank)?;
                 let mask = if masks.iter().any(Option::is_some) {
                     let full: Vec<DynTensor> = inputs
                         .iter()

@@ -28,6 +28,7 @@ use super::ops::Operation;
 use super::saved::SavedWeights;
 use super::value::{DynTensor, Value};
 use crate::error::{ModelError, Result};
+use crate::weights::HostTensor;
 
 /// A call's argument with the tensors in place.
 #[derive(Debug, Clone)]
@@ -62,6 +63,16 @@ pub struct Call<'a> {
 impl Call<'_> {
     pub fn error(&self, message: impl std::fmt::Display) -> ModelError {
         ModelError::InvalidConfig { field: "call", value: self.what.to_string(), reason: message.to_string() }
+    }
+
+    /// Axis `a` (negative: from the end) of a rank-`rank` input.
+    pub fn axis(&self, a: i64, rank: usize) -> Result<usize> {
+        crate::keras::config::axis(a, rank).ok_or_else(|| self.error(format!("axis {a} of a rank-{rank} input")))
+    }
+
+    /// Every axis of `axes`, as [`Call::axis`].
+    pub fn axes(&self, axes: &[i64], rank: usize) -> Result<Vec<usize>> {
+        axes.iter().map(|&a| self.axis(a, rank)).collect()
     }
 
     /// A keyword argument.
@@ -242,6 +253,20 @@ fn unsupported(file: &Path, spec: &LayerSpec, place: &str) -> ModelError {
             spec.name, spec.class_name
         ),
     )
+}
+
+/// TensorFlow's SAME padding over `length` steps for a window reaching `reach` steps, `stride`
+/// apart: `ceil(length / stride)` outputs, and the padding before and after (the smaller half
+/// first, as TensorFlow puts it).
+pub fn same_padding(length: usize, reach: usize, stride: usize) -> (usize, usize, usize) {
+    let out = length.div_ceil(stride);
+    let total = ((out.max(1) - 1) * stride + reach).saturating_sub(length);
+    (out, total / 2, total - total / 2)
+}
+
+/// A saved variable of any shape as a rank-1 tensor (the layer keeps its shape beside it).
+pub fn flat_tensor(host: &HostTensor, device: &Device) -> Result<burn::tensor::Tensor<1>> {
+    host.reshaped(vec![host.data.len()]).to_tensor("variable", device)
 }
 
 /// The mask a layer that supports masking and keeps its input's shape hands on.

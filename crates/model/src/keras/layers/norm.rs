@@ -4,9 +4,9 @@
 use burn::module::{Module, Param, RunningState};
 use burn::tensor::{Device, Tensor};
 
-use super::{Call, keep_mask};
+use super::{Call, flat_tensor, keep_mask};
 use crate::error::Result;
-use crate::keras::config::{LayerArgs, axis};
+use crate::keras::config::LayerArgs;
 use crate::keras::saved::VarReader;
 use crate::keras::value::{Binary, DynTensor, Reduce, Unary, Value};
 use crate::weights::HostTensor;
@@ -39,7 +39,7 @@ impl LayerNorm {
         let beta = if center && !rms_scaling { Some(vars.next("beta", &any)?) } else { None };
         vars.finish()?;
         let param_shape = gamma.as_ref().or(beta.as_ref()).map(|p| p.shape.clone()).unwrap_or_default();
-        let param = |p: Option<HostTensor>| p.map(|p| flat(p, device).map(Param::from_tensor)).transpose();
+        let param = |p: Option<HostTensor>| p.map(|p| flat_tensor(&p, device).map(Param::from_tensor)).transpose();
         Ok(Self { gamma: param(gamma)?, beta: param(beta)?, axes, epsilon, rms_scaling, param_shape })
     }
 
@@ -47,11 +47,7 @@ impl LayerNorm {
         let x = call.tensor(0, "inputs")?.tensor;
         let shape = x.shape();
         let rank = shape.len();
-        let mut axes: Vec<usize> = self
-            .axes
-            .iter()
-            .map(|&a| axis(a, rank).ok_or_else(|| call.error(format!("axis {a} of a rank-{rank} input"))))
-            .collect::<Result<_>>()?;
+        let mut axes = call.axes(&self.axes, rank)?;
         axes.sort();
         // gamma and beta broadcast over the other axes.
         let broadcast: Vec<usize> = (0..rank).map(|i| if axes.contains(&i) { shape[i] } else { 1 }).collect();
@@ -124,10 +120,6 @@ fn moments(x: &DynTensor, axes: &[usize], weights: Option<&DynTensor>) -> Result
     }
 }
 
-fn flat(host: HostTensor, device: &Device) -> Result<Tensor<1>> {
-    host.reshaped(vec![host.data.len()]).to_tensor("variable", device)
-}
-
 /// `keras.layers.BatchNormalization(axis, momentum, epsilon, center, scale)`: the moving
 /// statistics in inference, the batch's (over the unmasked steps) in training.
 #[derive(Module, Debug)]
@@ -161,10 +153,10 @@ impl BatchNorm {
         args.take("renorm_clipping");
         args.take("renorm_momentum");
         let mut vars = VarReader::new(&args.what, vars);
-        let gamma = if scale { Some(flat(vars.next("gamma", &[None])?, device)?) } else { None };
-        let beta = if center { Some(flat(vars.next("beta", &[None])?, device)?) } else { None };
-        let moving_mean = flat(vars.next("moving_mean", &[None])?, device)?;
-        let moving_variance = flat(vars.next("moving_variance", &[None])?, device)?;
+        let gamma = if scale { Some(flat_tensor(&vars.next("gamma", &[None])?, device)?) } else { None };
+        let beta = if center { Some(flat_tensor(&vars.next("beta", &[None])?, device)?) } else { None };
+        let moving_mean = flat_tensor(&vars.next("moving_mean", &[None])?, device)?;
+        let moving_variance = flat_tensor(&vars.next("moving_variance", &[None])?, device)?;
         vars.finish()?;
         Ok(Self {
             gamma: gamma.map(Param::from_tensor),
@@ -181,8 +173,7 @@ impl BatchNorm {
         let x = call.tensor(0, "inputs")?.tensor;
         let shape = x.shape();
         let rank = shape.len();
-        let channel =
-            axis(self.axis, rank).ok_or_else(|| call.error(format!("axis {} of a rank-{rank} input", self.axis)))?;
+        let channel = call.axis(self.axis, rank)?;
         let broadcast: Vec<usize> = (0..rank).map(|i| if i == channel { shape[i] } else { 1 }).collect();
         let as_shape = |t: Tensor<1>| DynTensor::from(t).reshape(&broadcast);
         let (mean, variance) = if call.training() {

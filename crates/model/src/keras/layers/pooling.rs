@@ -5,7 +5,7 @@
 //! padding never counts: a max ignores it, an average divides by the steps it covered.
 //! `GlobalAveragePooling1D` averages over the unmasked steps only.
 
-use super::Call;
+use super::{Call, same_padding};
 use crate::error::Result;
 use crate::keras::config::LayerArgs;
 use crate::keras::value::{Binary, DynTensor, Reduce, Value};
@@ -75,9 +75,7 @@ impl Pooling {
 fn window(x: DynTensor, axis: usize, max: bool, pool: usize, stride: usize, same: bool) -> Result<DynTensor, String> {
     let length = x.shape()[axis];
     let (out, left, right) = if same {
-        let out = length.div_ceil(stride);
-        let total = ((out - 1) * stride + pool).saturating_sub(length);
-        (out, total / 2, total - total / 2)
+        same_padding(length, pool, stride)
     } else {
         if length < pool {
             return Err(format!("{length} steps, fewer than pool_size {pool}"));

@@ -4,7 +4,7 @@
 use super::Call;
 use crate::error::Result;
 use crate::keras::config::LayerArgs;
-use crate::keras::value::Value;
+use crate::keras::value::{Value, resolve_shape};
 
 #[derive(Debug, Clone)]
 pub enum Reshape {
@@ -61,20 +61,10 @@ impl Reshape {
                 t.reshape(&[batch, shape[1..].iter().product()])?
             }
             Self::Reshape { target } => {
-                let known: usize = target.iter().filter(|&&d| d > 0).map(|&d| d as usize).product();
-                let total: usize = shape[1..].iter().product();
-                let free = target.iter().filter(|&&d| d < 0).count();
-                if free > 1
-                    || known == 0
-                    || (free == 0 && known != total)
-                    || (free == 1 && !total.is_multiple_of(known))
-                {
+                let Some(per_sample) = resolve_shape(target, shape[1..].iter().product()) else {
                     return Err(call.error(format!("cannot reshape {:?} to target_shape {target:?}", &shape[1..])));
-                }
-                let dims: Vec<usize> = std::iter::once(batch)
-                    .chain(target.iter().map(|&d| if d < 0 { total / known } else { d as usize }))
-                    .collect();
-                x.tensor.reshape(&dims)?
+                };
+                x.tensor.reshape(&[vec![batch], per_sample].concat())?
             }
             Self::Permute { dims } => {
                 if dims.len() + 1 != shape.len() {
