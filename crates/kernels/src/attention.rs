@@ -33,6 +33,7 @@
 
 use rayon::prelude::*;
 
+use crate::buffer::Buffer;
 use crate::dims::{Dims, FullyMaskedRows};
 use crate::mask::{FULL, KeyBlock, Mask, RowBlock};
 use crate::on_pool;
@@ -104,17 +105,17 @@ pub struct Forward {
     pub scale: f32,
     mask: Mask,
     /// `[pairs, Tb, Wk]` lanes: the scaled query, 16 rows to a vector.
-    query_t: Vec<Lanes>,
+    query_t: Buffer<Lanes>,
     /// `[pairs, S', Wk]`
-    key_rows: Vec<f32>,
+    key_rows: Buffer<f32>,
     /// `[pairs, S', Wv]`
-    value_rows: Vec<f32>,
+    value_rows: Buffer<f32>,
     /// `[pairs, T', Wv]`: the attention output.
-    output: Vec<f32>,
+    output: Buffer<f32>,
     /// `[pairs, T']`: `m_t` (0 for a row without keys).
-    row_max: Vec<f32>,
+    row_max: Buffer<f32>,
     /// `[pairs, T']`: `1 / l_t` (0 for a row without keys).
-    inv_row_sum: Vec<f32>,
+    inv_row_sum: Buffer<f32>,
 }
 
 /// Gradients with respect to the (unscaled) query, the key and the value.
@@ -169,16 +170,16 @@ fn forward_with(
     let (wk, wv, row_blocks) = (dims.key_width(), dims.value_width(), dims.row_blocks());
     let (padded_t, padded_s) = (dims.padded_query_len(), dims.padded_source_len());
 
-    let mut query_t = vec![[0.0; LANES]; pairs * row_blocks * wk];
+    let mut query_t = Buffer::zeroed(pairs * row_blocks * wk);
     pack_lanes(isa, query, dims, query_len, key_dim, wk, &mut query_t, scale);
-    let mut key_rows = vec![0.0; pairs * padded_s * wk];
+    let mut key_rows = Buffer::zeroed(pairs * padded_s * wk);
     pack_rows(key, dims, source_len, key_dim, padded_s, wk, &mut key_rows);
-    let mut value_rows = vec![0.0; pairs * padded_s * wv];
+    let mut value_rows = Buffer::zeroed(pairs * padded_s * wv);
     pack_rows(value, dims, source_len, value_dim, padded_s, wv, &mut value_rows);
 
-    let mut output = vec![0.0; pairs * padded_t * wv];
-    let mut row_max = vec![0.0; pairs * padded_t];
-    let mut inv_row_sum = vec![0.0; pairs * padded_t];
+    let mut output = Buffer::zeroed(pairs * padded_t * wv);
+    let mut row_max = Buffer::zeroed(pairs * padded_t);
+    let mut inv_row_sum = Buffer::zeroed(pairs * padded_t);
     // `[pairs, T, S]`, split into the rows of each tile (the last tile of a pair may hold fewer).
     let mut probs = with_probs.then(|| vec![0.0; pairs * query_len * source_len]);
     let mut probs_tiles: Vec<Option<&mut [f32]>> = match probs.as_mut() {
@@ -238,26 +239,26 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool)
     let (wk, wv) = (dims.key_width(), dims.value_width());
     let (row_blocks, key_blocks) = (dims.row_blocks(), dims.key_blocks());
     let (padded_t, padded_s) = (dims.padded_query_len(), dims.padded_source_len());
-    let mut query_grad = vec![0.0; pairs * padded_t * wk]; // [pairs, T', Wk]
-    let mut query_grad_t = vec![[0.0; LANES]; if fused_dq { pairs * row_blocks * wk } else { 0 }]; // [pairs, Tb, Wk] lanes
-    let mut key_grad = vec![0.0; pairs * padded_s * key_dim]; // [pairs, S', dk]
-    let mut value_grad = vec![0.0; pairs * padded_s * value_dim]; // [pairs, S', dv]
+    let mut query_grad = Buffer::zeroed(pairs * padded_t * wk); // [pairs, T', Wk]
+    let mut query_grad_t = Buffer::zeroed(if fused_dq { pairs * row_blocks * wk } else { 0 }); // [pairs, Tb, Wk] lanes
+    let mut key_grad = Buffer::zeroed(pairs * padded_s * key_dim); // [pairs, S', dk]
+    let mut value_grad = Buffer::zeroed(pairs * padded_s * value_dim); // [pairs, S', dv]
 
     if !dims.is_empty() {
         // The other orientation of each operand, and the output gradient in both.
-        let mut grad_rows = vec![0.0; pairs * padded_t * wv]; // [pairs, T', Wv]
+        let mut grad_rows = Buffer::zeroed(pairs * padded_t * wv); // [pairs, T', Wv]
         pack_rows(output_grad, dims, query_len, value_dim, padded_t, wv, &mut grad_rows);
-        let mut query_rows = vec![0.0; pairs * padded_t * wk]; // [pairs, T', Wk]
+        let mut query_rows = Buffer::zeroed(pairs * padded_t * wk); // [pairs, T', Wk]
         rows_from_lanes(isa, &saved.query_t, wk, &mut query_rows);
-        let mut key_t = vec![[0.0; LANES]; pairs * key_blocks * wk]; // [pairs, Sb, Wk] lanes
+        let mut key_t = Buffer::zeroed(pairs * key_blocks * wk); // [pairs, Sb, Wk] lanes
         lanes_from_rows(isa, &saved.key_rows, wk, &mut key_t);
-        let mut value_t = vec![[0.0; LANES]; pairs * key_blocks * wv]; // [pairs, Sb, Wv] lanes
+        let mut value_t = Buffer::zeroed(pairs * key_blocks * wv); // [pairs, Sb, Wv] lanes
         lanes_from_rows(isa, &saved.value_rows, wv, &mut value_t);
-        let row_dot: Vec<f32> = grad_rows // [pairs, T']: D_t = dO_t · o_t
-            .par_chunks(wv)
-            .zip(saved.output.par_chunks(wv))
-            .map(|(g, o)| g.iter().zip(o).map(|(g, o)| g * o).sum())
-            .collect();
+        let mut row_dot = Buffer::zeroed(pairs * padded_t); // [pairs, T']: D_t = dO_t · o_t
+        row_dot
+            .par_iter_mut()
+            .zip(grad_rows.par_chunks(wv).zip(saved.output.par_chunks(wv)))
+            .for_each(|(dot, (g, o))| *dot = g.iter().zip(o).map(|(g, o)| g * o).sum());
         let uniform_grad = uniform_value_grads(saved, &grad_rows); // [pairs, Wv]
 
         let inputs = KeyValueInputs {
@@ -307,7 +308,7 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool)
                     },
                 );
             // dq by a pass of its own, 16 query rows at a time.
-            let mut grad_t = vec![[0.0; LANES]; pairs * row_blocks * wv]; // [pairs, Tb, Wv] lanes
+            let mut grad_t = Buffer::zeroed(pairs * row_blocks * wv); // [pairs, Tb, Wv] lanes
             lanes_from_rows(isa, &grad_rows, wv, &mut grad_t);
             query_grad.par_chunks_mut(LANES * wk).enumerate().with_min_len(4).for_each_init(
                 || Scratch::new(dims),

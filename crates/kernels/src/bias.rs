@@ -7,6 +7,7 @@
 
 use rayon::prelude::*;
 
+use crate::buffer::Buffer;
 use crate::dims::Dims;
 use crate::simd::LANES;
 use crate::simd::Lanes;
@@ -26,9 +27,9 @@ pub(crate) struct BiasLanes {
     /// `[Bm, Hm]`: the slices, broadcast where 1.
     slices: [usize; 2],
     /// `[slices][Tb][S']` lanes: lane `i` of entry `s` is row `tb * 16 + i`.
-    by_rows: Vec<Lanes>,
+    by_rows: Buffer<Lanes>,
     /// `[slices][Sb][T']` lanes: lane `i` of entry `t` is key `sb * 16 + i`.
-    by_keys: Vec<Lanes>,
+    by_keys: Buffer<Lanes>,
 }
 
 impl BiasLanes {
@@ -40,14 +41,14 @@ impl BiasLanes {
         let (row_blocks, key_blocks) = (dims.row_blocks(), dims.key_blocks());
         let (padded_t, padded_s) = (dims.padded_query_len(), dims.padded_source_len());
         let slice_of = |slice: usize| &bias.values[slice * t * s..][..t * s];
-        let mut by_rows = vec![[0.0; LANES]; bm * hm * row_blocks * padded_s];
+        let mut by_rows = Buffer::<Lanes>::zeroed(bm * hm * row_blocks * padded_s);
         by_rows.par_chunks_mut(row_blocks * padded_s).enumerate().for_each(|(slice, out)| {
             for (row, values) in slice_of(slice).chunks_exact(s.max(1)).enumerate().take(t) {
                 let tile = &mut out[row / LANES * padded_s..][..s];
                 tile.iter_mut().zip(values).for_each(|(lanes, &v)| lanes[row % LANES] = v);
             }
         });
-        let mut by_keys = vec![[0.0; LANES]; bm * hm * key_blocks * padded_t];
+        let mut by_keys = Buffer::<Lanes>::zeroed(bm * hm * key_blocks * padded_t);
         by_keys.par_chunks_mut(key_blocks * padded_t).enumerate().for_each(|(slice, out)| {
             for (row, values) in slice_of(slice).chunks_exact(s.max(1)).enumerate().take(t) {
                 for (key, &v) in values.iter().enumerate() {

@@ -6,6 +6,7 @@
 //!
 //! * [`simd`]: 16 float32 lanes as a vector of the CPU's instruction set, and [`Isa`], the
 //!   instruction set in use (the widest the CPU has, or the one `KERNELS_ISA` names);
+//! * [`buffer`]: the kernels' working memory, reused from call to call whatever the allocator;
 //! * [`dims`]: the sizes of a call and what its fully masked rows get, and [`tuning`]: the
 //!   kernel's blocking, derived from the CPU's L1 size at run time;
 //! * [`tile`]: the two register-blocked products the kernel is made of;
@@ -18,6 +19,7 @@
 
 pub mod attention;
 pub mod bias;
+pub mod buffer;
 pub mod dims;
 pub mod dropout;
 pub mod gemm;

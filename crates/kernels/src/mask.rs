@@ -16,6 +16,7 @@
 
 use rayon::prelude::*;
 
+use crate::buffer::Buffer;
 use crate::dims::{Dims, FullyMaskedRows};
 
 use crate::bias::{BiasLanes, FloatBias};
@@ -85,9 +86,9 @@ struct MaskBits {
     /// `Tm == T`: a mask per query row (else one row for all, a key-padding mask).
     per_row: bool,
     /// `[slices][Tb][S']`: bit `i` = row `tb * 16 + i` may attend key `s`. `Tb = 1` when not `per_row`.
-    row_bits: Vec<u16>,
+    row_bits: Buffer<u16>,
     /// `[slices][Sb][Tk]`: bit `i` = key `sb * 16 + i` may be attended by row `t`. `Tk = 1` when not `per_row`.
-    key_bits: Vec<u16>,
+    key_bits: Buffer<u16>,
     /// `[slices][Tb]`: the keys `[lo, hi)` some row of the block may attend.
     row_extents: Vec<(usize, usize)>,
     /// `[slices][Sb]`: the queries `[lo, hi)` that may attend some key of the block.
@@ -337,7 +338,7 @@ impl MaskBits {
         let key_rows = if per_row { dims.query_len } else { 1 };
         let rows_of = |slice: usize| &mask.allowed[slice * tm * s..][..tm * s];
 
-        let mut row_bits = vec![0u16; slices * row_tiles * padded_s];
+        let mut row_bits = Buffer::zeroed(slices * row_tiles * padded_s);
         row_bits.par_chunks_mut(row_tiles * padded_s).enumerate().for_each(|(slice, out)| {
             let allowed = rows_of(slice);
             for (t, row) in allowed.chunks_exact(s.max(1)).enumerate().take(tm) {
@@ -353,7 +354,7 @@ impl MaskBits {
                 }
             }
         });
-        let mut key_bits = vec![0u16; slices * key_blocks * key_rows];
+        let mut key_bits = Buffer::zeroed(slices * key_blocks * key_rows);
         key_bits.par_chunks_mut(key_blocks * key_rows).enumerate().for_each(|(slice, out)| {
             let allowed = rows_of(slice);
             for (block, out) in out.chunks_exact_mut(key_rows).enumerate() {
