@@ -11,6 +11,7 @@
 
 use std::time::Instant;
 
+use burn::module::Module;
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{Device, Distribution, Tensor};
 use model::{KerasMhaConfig, KerasMhaInput};
@@ -31,8 +32,12 @@ pub fn main() -> Result<(), Box<dyn std::error::Error>> {
     let input = |x: &Tensor<3>| KerasMhaInput { use_causal_mask: causal, ..KerasMhaInput::new(x.clone(), x.clone()) };
     let mut optimizer = AdamConfig::new().init();
 
+    // Inference on the layer without autodiff, as `cargo xtask bench` times it: on the autodiff
+    // device every forward pass keeps its graph until a backward pass frees it.
+    let inference = layer.valid();
+    let x_inference = x.clone().inner(); // [B, T, D]
     let forward_ms = median_ms(|| {
-        let output = layer.forward(input(&x.clone().detach()))?.output; // [B, T, D]
+        let output = inference.forward(input(&x_inference))?.output; // [B, T, D]
         output.sum().into_scalar::<f32>();
         Ok(())
     })?;
