@@ -94,7 +94,7 @@ mod compiled {
         };
     }
     variant!(avx512, "avx512f,avx2,fma", Avx512, 8);
-    variant!(avx2, "avx2,fma", Avx2, 4);
+    variant!(avx2, "avx2,fma", Avx2, 6);
 }
 
 /// What the forward pass leaves for the backward pass: its inputs in the kernel's layouts and

@@ -8,9 +8,9 @@
 //! * [`lane_accumulate`]: `acc[d] += Σ_r weights[r] · rows[r][d]`, a weighted sum of `n` rows
 //!   into a tile (`P v`, `dS k`, `Pᵀ dO`, `dSᵀ q`).
 //!
-//! Both keep `NR` accumulator vectors in registers (8 with AVX-512's 32 registers, fewer with
-//! AVX2 or SSE) and broadcast each scalar of `rows` once per `NR` fused multiply-adds, so their
-//! rate is that of the FMA units at any feature width, not of the loads. They are written on
+//! Both keep `NR` accumulator vectors in registers (8 with AVX-512's 32 registers, 6 of two
+//! halves with AVX2's 16) and broadcast each scalar of `rows` once per `NR` fused multiply-adds,
+//! so their rate is that of the FMA units at any feature width, not of the loads. They are written on
 //! explicit vectors ([`Vector`]): left to itself, LLVM vectorises the feature loop instead, with
 //! gathers and scatters, at a tenth of the speed. Vector code here holds no closures: a closure
 //! does not inherit its caller's target features, so the intrinsics in one that LLVM does not
@@ -30,9 +30,9 @@ pub(crate) fn lane_max<V: Vector>(rows: &[Lanes], init: Lanes) -> Lanes {
     out
 }
 
-/// `out[r] = Σ_d tile[d] · rows[r * row_stride + d * depth_stride]` for `d < tile.len()`;
-/// `out.len()` must be a multiple of `NR`. The depth stride lets the GEMM read a transposed
-/// operand in place (the kernel's rows are contiguous: `depth_stride = 1`).
+/// `out[r] = Σ_d tile[d] · rows[r * row_stride + d * depth_stride]` for `d < tile.len()`, `NR`
+/// rows at a time (then 4, 2 and 1 for the rest). The depth stride lets the GEMM read a
+/// transposed operand in place (the kernel's rows are contiguous: `depth_stride = 1`).
 #[inline(always)]
 pub(crate) fn lane_dots<V: Vector, const NR: usize>(
     tile: &[Lanes],
@@ -41,32 +41,56 @@ pub(crate) fn lane_dots<V: Vector, const NR: usize>(
     depth_stride: usize,
     out: &mut [Lanes],
 ) {
-    let width = tile.len();
-    for (group, out) in out.chunks_exact_mut(NR).enumerate() {
-        let first = group * NR * row_stride;
-        if width > 0 {
-            let last = first + (NR - 1) * row_stride + (width - 1) * depth_stride;
-            assert!(last < rows.len(), "lane_dots reads element {last} of {}", rows.len());
-        }
-        // SAFETY: every element read below is at most `last`, checked above; checked per
-        // element, the NR bounds tests would cost as much as the multiply-adds.
-        let starts: [*const f32; NR] = std::array::from_fn(|r| unsafe { rows.as_ptr().add(first + r * row_stride) });
-        let mut acc = [V::zero(); NR];
-        for (d, column) in tile.iter().enumerate() {
-            let column = V::load(column);
-            let offset = d * depth_stride;
-            for r in 0..NR {
-                let x = unsafe { *starts[r].add(offset) };
-                acc[r] = column.mul_add(V::splat(x), acc[r]);
-            }
-        }
-        for (acc, out) in acc.into_iter().zip(out) {
-            acc.store(out);
-        }
+    let mut first = 0;
+    while first < out.len() {
+        let group = &mut out[first..];
+        let done = match group.len() {
+            left if left >= NR => dot_rows::<V, NR>(tile, rows, first, row_stride, depth_stride, group),
+            left if left >= 4 => dot_rows::<V, 4>(tile, rows, first, row_stride, depth_stride, group),
+            left if left >= 2 => dot_rows::<V, 2>(tile, rows, first, row_stride, depth_stride, group),
+            _ => dot_rows::<V, 1>(tile, rows, first, row_stride, depth_stride, group),
+        };
+        first += done;
     }
 }
 
-/// `acc[d] += Σ_r weights[r] · rows[r * stride + d]` for `d < acc.len()`, a multiple of 4.
+/// [`lane_dots`] of the `R` rows `first ..` into `out[..R]`, held in registers over the depth;
+/// returns `R`.
+#[inline(always)]
+fn dot_rows<V: Vector, const R: usize>(
+    tile: &[Lanes],
+    rows: &[f32],
+    first: usize,
+    row_stride: usize,
+    depth_stride: usize,
+    out: &mut [Lanes],
+) -> usize {
+    let width = tile.len();
+    let first = first * row_stride;
+    if width > 0 {
+        let last = first + (R - 1) * row_stride + (width - 1) * depth_stride;
+        assert!(last < rows.len(), "lane_dots reads element {last} of {}", rows.len());
+    }
+    // SAFETY: every element read below is at most `last`, checked above; checked per element,
+    // the R bounds tests would cost as much as the multiply-adds.
+    let starts: [*const f32; R] = std::array::from_fn(|r| unsafe { rows.as_ptr().add(first + r * row_stride) });
+    let mut acc = [V::zero(); R];
+    for (d, column) in tile.iter().enumerate() {
+        let column = V::load(column);
+        let offset = d * depth_stride;
+        for r in 0..R {
+            let x = unsafe { *starts[r].add(offset) };
+            acc[r] = column.mul_add(V::splat(x), acc[r]);
+        }
+    }
+    for (acc, out) in acc.into_iter().zip(out) {
+        acc.store(out);
+    }
+    R
+}
+
+/// `acc[d] += Σ_r weights[r] · rows[r * stride + d]` for `d < acc.len()`, `NR` features at a
+/// time (then 4, 2 and 1 for the rest).
 #[inline(always)]
 pub(crate) fn lane_accumulate<V: Vector, const NR: usize>(
     weights: &[Lanes],
@@ -77,17 +101,18 @@ pub(crate) fn lane_accumulate<V: Vector, const NR: usize>(
     let width = acc.len();
     let mut first = 0;
     while first < width {
-        if width - first >= NR {
-            accumulate_columns::<V, NR>(weights, rows, stride, first, &mut acc[first..first + NR]);
-            first += NR;
-        } else {
-            accumulate_columns::<V, 4>(weights, rows, stride, first, &mut acc[first..first + 4]);
-            first += 4;
-        }
+        let columns = &mut acc[first..];
+        first += match columns.len() {
+            left if left >= NR => accumulate_columns::<V, NR>(weights, rows, stride, first, columns),
+            left if left >= 4 => accumulate_columns::<V, 4>(weights, rows, stride, first, columns),
+            left if left >= 2 => accumulate_columns::<V, 2>(weights, rows, stride, first, columns),
+            _ => accumulate_columns::<V, 1>(weights, rows, stride, first, columns),
+        };
     }
 }
 
-/// [`lane_accumulate`] for the `C` features `first ..`, held in registers over all rows.
+/// [`lane_accumulate`] for the `C` features `first ..` into `acc[..C]`, held in registers over
+/// all rows; returns `C`.
 #[inline(always)]
 fn accumulate_columns<V: Vector, const C: usize>(
     weights: &[Lanes],
@@ -95,7 +120,7 @@ fn accumulate_columns<V: Vector, const C: usize>(
     stride: usize,
     first: usize,
     acc: &mut [Lanes],
-) {
+) -> usize {
     // A loop, not `array::from_fn`: a closure does not inherit the caller's target features.
     let mut sums = [V::zero(); C];
     for c in 0..C {
@@ -111,6 +136,7 @@ fn accumulate_columns<V: Vector, const C: usize>(
     for (sum, out) in sums.into_iter().zip(acc) {
         sum.store(out);
     }
+    C
 }
 
 #[cfg(test)]
@@ -137,23 +163,30 @@ mod tests {
     }
 
     #[test]
-    fn products_match_their_definitions() {
-        let (n, width, stride) = (16, 12, 13);
+    fn products_match_their_definitions_for_every_register_block_and_any_length() {
+        // 18 rows and 13 features: every block size leaves a remainder of 4, 2 or 1.
+        let (n, width, stride) = (18, 13, 14);
         let tile: Vec<Lanes> = (0..width).map(|d| lanes(|i| (d * 16 + i) as f32 * 0.01)).collect();
         let rows: Vec<f32> = (0..n * stride).map(|x| (x % 7) as f32 - 3.0).collect();
-        let mut out = vec![[0.0; LANES]; n];
-        lane_dots::<Portable, 8>(&tile, &rows, stride, 1, &mut out);
-        for r in 0..n {
-            for i in 0..LANES {
-                let want: f32 = (0..width).map(|d| tile[d][i] * rows[r * stride + d]).sum();
-                assert!((out[r][i] - want).abs() < 1e-4, "dots r {r} lane {i}");
+        for nr in [2, 4, 6, 8] {
+            let mut out = vec![[f32::NAN; LANES]; n];
+            match nr {
+                2 => lane_dots::<Portable, 2>(&tile, &rows, stride, 1, &mut out),
+                4 => lane_dots::<Portable, 4>(&tile, &rows, stride, 1, &mut out),
+                6 => lane_dots::<Portable, 6>(&tile, &rows, stride, 1, &mut out),
+                _ => lane_dots::<Portable, 8>(&tile, &rows, stride, 1, &mut out),
             }
-        }
-        for nr in [2, 4, 8] {
+            for r in 0..n {
+                for i in 0..LANES {
+                    let want: f32 = (0..width).map(|d| tile[d][i] * rows[r * stride + d]).sum();
+                    assert!((out[r][i] - want).abs() < 1e-4, "dots nr {nr} r {r} lane {i}");
+                }
+            }
             let mut acc = vec![[1.0; LANES]; width];
             match nr {
                 2 => lane_accumulate::<Portable, 2>(&out, &rows, stride, &mut acc),
                 4 => lane_accumulate::<Portable, 4>(&out, &rows, stride, &mut acc),
+                6 => lane_accumulate::<Portable, 6>(&out, &rows, stride, &mut acc),
                 _ => lane_accumulate::<Portable, 8>(&out, &rows, stride, &mut acc),
             }
             for d in 0..width {
