@@ -72,8 +72,12 @@ fn dot_rows<V: Vector, const R: usize>(
         assert!(last < rows.len(), "lane_dots reads element {last} of {}", rows.len());
     }
     // SAFETY: every element read below is at most `last`, checked above; checked per element,
-    // the R bounds tests would cost as much as the multiply-adds.
-    let starts: [*const f32; R] = std::array::from_fn(|r| unsafe { rows.as_ptr().add(first + r * row_stride) });
+    // the R bounds tests would cost as much as the multiply-adds. (A loop, not `array::from_fn`,
+    // which LLVM left as a call: a cost per group of rows, large at narrow heads.)
+    let mut starts = [rows.as_ptr(); R];
+    for (r, start) in starts.iter_mut().enumerate() {
+        *start = unsafe { rows.as_ptr().add(first + r * row_stride) };
+    }
     let mut acc = [V::zero(); R];
     for (d, column) in tile.iter().enumerate() {
         let column = V::load(column);
