@@ -147,7 +147,7 @@ fn accumulate_columns<V: Vector, const C: usize>(
 mod tests {
     use super::*;
     #[cfg(target_arch = "x86_64")]
-    use crate::simd::Avx512;
+    use crate::simd::{Avx2, Avx512};
     use crate::simd::{Portable, lanes};
 
     #[test]
@@ -163,6 +163,15 @@ mod tests {
             }
             // SAFETY: the CPU has AVX-512 (checked above).
             assert_eq!(unsafe { avx512(&rows) }, want);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2(rows: &[Lanes; LANES]) -> [Lanes; LANES] {
+                Avx2::transpose(rows)
+            }
+            // SAFETY: the CPU has AVX2 and FMA (checked above).
+            assert_eq!(unsafe { avx2(&rows) }, want);
         }
     }
 
