@@ -3,6 +3,9 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+/// The whole Keras models made by the real Keras, with their probes.
+const KERAS_MODELS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/keras-models");
+
 fn xtask(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_xtask")).args(args).output().expect("xtask runs")
 }
@@ -422,7 +425,7 @@ fn convert_names_the_file_when_it_holds_no_attention_layer() {
 
 #[test]
 fn predict_reproduces_keras_and_writes_the_outputs() {
-    let models = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/keras-models");
+    let models = KERAS_MODELS;
     let dir = scratch("predict");
     let out = dir.join("classes.safetensors");
     let output = xtask(&[
@@ -446,7 +449,7 @@ fn predict_reproduces_keras_and_writes_the_outputs() {
 
 #[test]
 fn predict_refuses_an_unsupported_layer_with_status_1_and_no_file() {
-    let models = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/keras-models");
+    let models = KERAS_MODELS;
     let dir = scratch("predict-lambda");
     let out = dir.join("never.safetensors");
     let output = xtask(&[
@@ -465,7 +468,7 @@ fn predict_refuses_an_unsupported_layer_with_status_1_and_no_file() {
 
 #[test]
 fn convert_writes_a_whole_keras_model_as_a_torch_module_with_its_probe() {
-    let models = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/keras-models");
+    let models = KERAS_MODELS;
     let dir = scratch("whole-torch");
     let out = dir.join("classifier");
     let run = xtask(&[
@@ -503,7 +506,7 @@ fn convert_writes_a_whole_keras_model_as_a_torch_module_with_its_probe() {
 
 #[test]
 fn convert_refuses_a_whole_model_with_a_lambda_and_writes_nothing() {
-    let models = concat!(env!("CARGO_MANIFEST_DIR"), "/../datasets/keras-models");
+    let models = KERAS_MODELS;
     let dir = scratch("whole-lambda");
     let out = dir.join("never");
     let run =
