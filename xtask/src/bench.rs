@@ -32,10 +32,10 @@ sequence lengths) for the Keras-exact layer and torch's (boolean attn_mask, key_
 for the projected model. Then a scaling series: the Keras-exact layer at 8192 tokens per batch,
 T = 128 to 8192 (B = 8192 / T), D = 64, 4 heads of 16, time and peak memory.
 
-When a Python with torch and tensorflow is found (--python, $BENCH_PYTHON, or python3), it keeps
+When a Python with torch is found (--python, $BENCH_PYTHON, or python3), it keeps
 xtask/python/bench_reference.py running beside it and measures the same rows there (torch
-scaled_dot_product_attention, torch nn.MultiheadAttention, the real keras.layers.MultiHeadAttention)
-with the same thread count, in turns with ours: each row and phase in 3 rounds of ours and of the
+scaled_dot_product_attention, torch nn.MultiheadAttention, and the real
+keras.layers.MultiHeadAttention where tensorflow is there too) with the same thread count, in turns with ours: each row and phase in 3 rounds of ours and of the
 references, so that a drift of the machine's speed during the run reaches both sides. It prints
 ours / fastest reference (below 1 is faster). Every row also states its floor: its FLOPs
 over the cores' float32 FMA peak, measured in the same run, and the memory a training step adds
@@ -66,7 +66,7 @@ pub struct Args {
     /// Comma-separated backends (default: flex).
     #[arg(long, value_delimiter = ',')]
     backend: Vec<String>,
-    /// Python interpreter with torch and tensorflow for the reference measurements.
+    /// Python interpreter with torch (and tensorflow, when it has it) for the reference measurements.
     #[arg(long)]
     python: Option<PathBuf>,
     /// JSON output (default: reports/bench/bench.json, or bench-quick.json with --quick).
@@ -114,12 +114,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let reps = if args.quick { Reps::QUICK } else { Reps::FULL };
 
     let mut reference = match python(&args) {
-        Some(python) => {
-            println!("starting the PyTorch/TensorFlow reference ({})...", python.display());
-            Some(Reference::start(&python, &root, args.threads, args.quick, isa)?)
+        Some(Python { path, tensorflow: true }) => {
+            println!("starting the PyTorch/TensorFlow reference ({})...", path.display());
+            Some(Reference::start(&path, &root, args.threads, args.quick, isa, false)?)
+        }
+        Some(Python { path, tensorflow: false }) => {
+            println!("note: {} has torch but no tensorflow: the reference is PyTorch alone", path.display());
+            Some(Reference::start(&path, &root, args.threads, args.quick, isa, true)?)
         }
         None => {
-            println!("note: no Python with torch and tensorflow (use --python or BENCH_PYTHON); reference skipped");
+            println!("note: no Python with torch (use --python or BENCH_PYTHON); reference skipped");
             None
         }
     };
@@ -478,14 +482,24 @@ fn memory_child(backend: Backend, case: Case, isa: Isa) -> Result<Memory> {
     serde_json::from_str(last).with_context(|| format!("the memory child answered {last:?}"))
 }
 
-/// The Python to run the reference with, if one with torch and tensorflow is there.
-fn python(args: &Args) -> Option<PathBuf> {
-    let candidate = args
+/// A Python to run the reference with.
+struct Python {
+    path: PathBuf,
+    /// Whether it imports tensorflow too; without it the reference is torch alone.
+    tensorflow: bool,
+}
+
+/// The Python to run the reference with, if one with torch is there.
+fn python(args: &Args) -> Option<Python> {
+    let path = args
         .python
         .clone()
         .or_else(|| std::env::var_os("BENCH_PYTHON").map(PathBuf::from))
         .unwrap_or_else(|| "python3".into());
-    let ok =
-        Command::new(&candidate).args(["-c", "import torch, tensorflow"]).output().is_ok_and(|o| o.status.success());
-    ok.then_some(candidate)
+    let imports = |modules: &str| {
+        Command::new(&path).args(["-c", &format!("import {modules}")]).output().is_ok_and(|o| o.status.success())
+    };
+    // torch first: importing it after tensorflow aborts in some environments.
+    let tensorflow = imports("torch, tensorflow");
+    (tensorflow || imports("torch")).then_some(Python { path, tensorflow })
 }

@@ -22,14 +22,18 @@ pub struct Reference {
 }
 
 impl Reference {
-    /// Starts the script with `python` and waits until torch and TensorFlow are imported.
-    /// `isa` restricts torch, MKL and oneDNN as our kernels are restricted (the script's `--isa`).
-    pub fn start(python: &Path, root: &Path, threads: usize, quick: bool, isa: Isa) -> Result<Self> {
+    /// Starts the script with `python` and waits until torch (and TensorFlow, unless
+    /// `torch_only`) is imported. `isa` restricts torch, MKL and oneDNN as our kernels are
+    /// restricted (the script's `--isa`).
+    pub fn start(python: &Path, root: &Path, threads: usize, quick: bool, isa: Isa, torch_only: bool) -> Result<Self> {
         let script = root.join("xtask/python/bench_reference.py");
         let mut command = Command::new(python);
         command.arg(&script).args(["--serve", "--threads", &threads.to_string(), "--isa", isa.name()]);
         if quick {
             command.arg("--quick");
+        }
+        if torch_only {
+            command.args(["--only", "torch"]);
         }
         let mut child = command
             .stdin(Stdio::piped())
@@ -113,7 +117,8 @@ mod tests {
     use train::models::ModelKind;
 
     /// A stand-in for the reference script, speaking its protocol: one answer a request, as many
-    /// times as the request's `reps` asks for; no peak memory; and it dies when asked for a
+    /// times as the request's `reps` asks for, under a name that says whether it was started for
+    /// torch alone; no peak memory; and it dies when asked for a
     /// training step, as a script that crashes mid-run would.
     const STAND_IN: &str = r#"
 import json, sys
@@ -124,7 +129,9 @@ for line in sys.stdin:
         if request["phase"] == "train_step":
             sys.exit(3)
         times = [float(request["reps"])] * request["reps"]
-        print(json.dumps({"ok": True, "times": {"torch/stand_in": times}}), flush=True)
+        alone = "--only" in sys.argv and sys.argv[sys.argv.index("--only") + 1] == "torch"
+        name = "torch/stand_in_alone" if alone else "torch/stand_in"
+        print(json.dumps({"ok": True, "times": {name: times}}), flush=True)
     elif request["op"] == "matmul":
         isa = sys.argv[sys.argv.index("--isa") + 1]
         print(json.dumps({"ok": True, "gflops": request["n"] * request["reps"] + (0.5 if isa == "portable" else 0)}), flush=True)
@@ -143,7 +150,7 @@ for line in sys.stdin:
         let case = Case { shape: Shape::SEED, mask: MaskKind::Padding, model: ModelKind::Keras, call: CallKind::Plain };
         let reps = Reps::FULL.round(1, 3);
 
-        let mut reference = Reference::start(Path::new("python3"), &root, 2, false, Isa::PORTABLE).unwrap();
+        let mut reference = Reference::start(Path::new("python3"), &root, 2, false, Isa::PORTABLE, false).unwrap();
         let times = reference.measure(&case, "forward", reps).unwrap();
         assert_eq!(times["torch/stand_in"], vec![reps.measured as f64; reps.measured]);
         assert_eq!(reference.matmul_gflops(64, 3).unwrap(), 192.5, "the rate, and --isa passed on");
@@ -152,7 +159,9 @@ for line in sys.stdin:
         let report = reference.report().unwrap();
         assert_eq!(report["errors"], json!(["none"]));
 
-        let mut reference = Reference::start(Path::new("python3"), &root, 2, false, Isa::PORTABLE).unwrap();
+        let mut reference = Reference::start(Path::new("python3"), &root, 2, false, Isa::PORTABLE, true).unwrap();
+        let times = reference.measure(&case, "forward", reps).unwrap();
+        assert_eq!(times.keys().collect::<Vec<_>>(), ["torch/stand_in_alone"], "--only torch passed on");
         let died = reference.measure(&case, "train_step", reps).unwrap_err().to_string();
         assert!(died.contains("ended without answering") && died.contains("bench_reference.py"), "{died}");
         std::fs::remove_dir_all(&root).ok();
