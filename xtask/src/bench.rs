@@ -35,9 +35,10 @@ T = 128 to 8192 (B = 8192 / T), D = 64, 4 heads of 16, time and peak memory.
 When a Python with torch is found (--python, $BENCH_PYTHON, or python3), it keeps
 xtask/python/bench_reference.py running beside it and measures the same rows there (torch
 scaled_dot_product_attention, torch nn.MultiheadAttention, and the real
-keras.layers.MultiHeadAttention where tensorflow is there too) with the same thread count, in turns with ours: each row and phase in 3 rounds of ours and of the
-references, so that a drift of the machine's speed during the run reaches both sides. It prints
-ours / fastest reference (below 1 is faster). Every row also states its floor: its FLOPs
+keras.layers.MultiHeadAttention where tensorflow is there too) on the same threads (--threads,
+default every core the process may use), in turns with ours: each row and phase in 3 rounds of
+ours and of the references, so that a drift of the machine's speed during the run reaches both
+sides. It prints ours / fastest reference (below 1 is faster). Every row also states its floor: its FLOPs
 over the cores' float32 FMA peak, measured in the same run, and the memory a training step adds
 to the idle process on each side. The header names the processor, the instruction set in use,
 and the matrix-product rates of ours and of torch's matmul. --isa avx2 restricts both sides to
@@ -72,9 +73,10 @@ pub struct Args {
     /// JSON output (default: reports/bench/bench.json, or bench-quick.json with --quick).
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Threads for the reference libraries (burn uses every core of the machine).
-    #[arg(long, default_value_t = 2)]
-    threads: usize,
+    /// Threads for both sides: our kernels and burn (rayon's pool) and the reference libraries
+    /// (default: every core this process may run on).
+    #[arg(long)]
+    threads: Option<usize>,
     /// Restrict our kernels and GEMM and the references to one instruction set: avx512, avx2 or
     /// portable (default: the widest this CPU has, or KERNELS_ISA).
     #[arg(long)]
@@ -102,6 +104,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         println!("{}", serde_json::to_string(&step_memory(step, 3)?)?);
         return Ok(ExitCode::SUCCESS);
     }
+    let threads = use_threads(args.threads)?;
     let isa = match &args.isa {
         Some(name) => Isa::parse(name)?,
         None => Isa::from_env()?.unwrap_or_else(Isa::detected),
@@ -116,11 +119,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let mut reference = match python(&args) {
         Some(Python { path, tensorflow: true }) => {
             println!("starting the PyTorch/TensorFlow reference ({})...", path.display());
-            Some(Reference::start(&path, &root, args.threads, args.quick, isa, false)?)
+            Some(Reference::start(&path, &root, threads, args.quick, isa, false)?)
         }
         Some(Python { path, tensorflow: false }) => {
             println!("note: {} has torch but no tensorflow: the reference is PyTorch alone", path.display());
-            Some(Reference::start(&path, &root, args.threads, args.quick, isa, true)?)
+            Some(Reference::start(&path, &root, threads, args.quick, isa, true)?)
         }
         None => {
             println!("note: no Python with torch (use --python or BENCH_PYTHON); reference skipped");
@@ -450,6 +453,22 @@ fn scaling_table(rows: &[Row], reference: Option<&Value>) -> String {
     out
 }
 
+/// Sizes rayon's global pool, which burn's CPU backends and our kernels run on, to `threads`
+/// (default: every core the process may run on), so that both sides of a ratio get the same
+/// cores. Returns the count.
+fn use_threads(threads: Option<usize>) -> Result<usize> {
+    let threads = match threads {
+        Some(0) => bail!("--threads 0: at least one thread is needed"),
+        Some(threads) => threads,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global()
+        .with_context(|| format!("--threads {threads}: rayon's pool was already started"))?;
+    Ok(threads)
+}
+
 /// The memory of a fresh process that takes 3 training steps of `case` on `isa`.
 fn memory_child(backend: Backend, case: Case, isa: Isa) -> Result<Memory> {
     let exe = std::env::current_exe()?;
@@ -466,6 +485,7 @@ fn memory_child(backend: Backend, case: Case, isa: Isa) -> Result<Memory> {
             &shape_arg,
         ])
         .env(kernels::simd::ISA_VARIABLE, isa.name())
+        .env("RAYON_NUM_THREADS", rayon::current_num_threads().to_string())
         .output()?;
     if !output.status.success() {
         bail!(
