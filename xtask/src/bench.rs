@@ -19,7 +19,7 @@ use train::bench::{
 };
 use train::models::ModelKind;
 
-use reference::Reference;
+use reference::{Python, Reference};
 
 /// The long help of `cargo xtask bench --help`.
 pub const LONG_ABOUT: &str = "\
@@ -116,14 +116,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let root = train::paths::repo_root();
     let reps = if args.quick { Reps::QUICK } else { Reps::FULL };
 
-    let mut reference = match python(&args) {
-        Some(Python { path, tensorflow: true }) => {
-            println!("starting the PyTorch/TensorFlow reference ({})...", path.display());
-            Some(Reference::start(&path, &root, threads, args.quick, isa, false)?)
-        }
-        Some(Python { path, tensorflow: false }) => {
-            println!("note: {} has torch but no tensorflow: the reference is PyTorch alone", path.display());
-            Some(Reference::start(&path, &root, threads, args.quick, isa, true)?)
+    let mut reference = match Python::find(args.python.as_deref()) {
+        Some(python) => {
+            if python.tensorflow {
+                println!("starting the PyTorch/TensorFlow reference ({})...", python.path.display());
+            } else {
+                println!("note: {} has torch but no tensorflow: the reference is PyTorch alone", python.path.display());
+            }
+            Some(Reference::start(&python, &root, threads, args.quick, isa)?)
         }
         None => {
             println!("note: no Python with torch (use --python or BENCH_PYTHON); reference skipped");
@@ -500,26 +500,4 @@ fn memory_child(backend: Backend, case: Case, isa: Isa) -> Result<Memory> {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let last = stdout.lines().last().unwrap_or_default();
     serde_json::from_str(last).with_context(|| format!("the memory child answered {last:?}"))
-}
-
-/// A Python to run the reference with.
-struct Python {
-    path: PathBuf,
-    /// Whether it imports tensorflow too; without it the reference is torch alone.
-    tensorflow: bool,
-}
-
-/// The Python to run the reference with, if one with torch is there.
-fn python(args: &Args) -> Option<Python> {
-    let path = args
-        .python
-        .clone()
-        .or_else(|| std::env::var_os("BENCH_PYTHON").map(PathBuf::from))
-        .unwrap_or_else(|| "python3".into());
-    let imports = |modules: &str| {
-        Command::new(&path).args(["-c", &format!("import {modules}")]).output().is_ok_and(|o| o.status.success())
-    };
-    // torch first: importing it after tensorflow aborts in some environments.
-    let tensorflow = imports("torch, tensorflow");
-    (tensorflow || imports("torch")).then_some(Python { path, tensorflow })
 }

@@ -13,6 +13,29 @@ use kernels::Isa;
 use serde_json::{Value, json};
 use train::bench::{Case, Reps};
 
+/// A Python to run the reference with.
+pub struct Python {
+    pub path: PathBuf,
+    /// Whether it imports tensorflow too; without it the reference is torch alone.
+    pub tensorflow: bool,
+}
+
+impl Python {
+    /// `explicit`, else `$BENCH_PYTHON`, else `python3`, if it imports torch.
+    pub fn find(explicit: Option<&Path>) -> Option<Python> {
+        let path = explicit
+            .map(Path::to_path_buf)
+            .or_else(|| std::env::var_os("BENCH_PYTHON").map(PathBuf::from))
+            .unwrap_or_else(|| "python3".into());
+        let imports = |modules: &str| {
+            Command::new(&path).args(["-c", &format!("import {modules}")]).output().is_ok_and(|o| o.status.success())
+        };
+        // torch first: importing it after tensorflow aborts in some environments.
+        let tensorflow = imports("torch, tensorflow");
+        (tensorflow || imports("torch")).then_some(Python { path, tensorflow })
+    }
+}
+
 /// The reference script, running and waiting for requests.
 pub struct Reference {
     child: Child,
@@ -22,17 +45,17 @@ pub struct Reference {
 }
 
 impl Reference {
-    /// Starts the script with `python` and waits until torch (and TensorFlow, unless
-    /// `torch_only`) is imported. `isa` restricts torch, MKL and oneDNN as our kernels are
-    /// restricted (the script's `--isa`).
-    pub fn start(python: &Path, root: &Path, threads: usize, quick: bool, isa: Isa, torch_only: bool) -> Result<Self> {
+    /// Starts the script with `python` and waits until torch (and TensorFlow, where `python`
+    /// has it) is imported. `isa` restricts torch, MKL and oneDNN as our kernels are restricted
+    /// (the script's `--isa`).
+    pub fn start(python: &Python, root: &Path, threads: usize, quick: bool, isa: Isa) -> Result<Self> {
         let script = root.join("xtask/python/bench_reference.py");
-        let mut command = Command::new(python);
+        let mut command = Command::new(&python.path);
         command.arg(&script).args(["--serve", "--threads", &threads.to_string(), "--isa", isa.name()]);
         if quick {
             command.arg("--quick");
         }
-        if torch_only {
+        if !python.tensorflow {
             command.args(["--only", "torch"]);
         }
         let mut child = command
@@ -40,7 +63,7 @@ impl Reference {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .with_context(|| format!("cannot run {} {}", python.display(), script.display()))?;
+            .with_context(|| format!("cannot run {} {}", python.path.display(), script.display()))?;
         let requests = child.stdin.take().context("the reference script's stdin")?;
         let answers = BufReader::new(child.stdout.take().context("the reference script's stdout")?);
         let mut reference = Self { child, requests, answers, script };
@@ -142,6 +165,11 @@ for line in sys.stdin:
         break
 "#;
 
+    /// python3 running the stand-in, as a Python with or without tensorflow.
+    fn stand_in(tensorflow: bool) -> Python {
+        Python { path: "python3".into(), tensorflow }
+    }
+
     #[test]
     fn requests_are_answered_and_a_refusal_or_a_dead_script_is_an_error_naming_it() {
         let root = std::env::temp_dir().join(format!("kmha-reference-test-{}", std::process::id()));
@@ -150,7 +178,7 @@ for line in sys.stdin:
         let case = Case { shape: Shape::SEED, mask: MaskKind::Padding, model: ModelKind::Keras, call: CallKind::Plain };
         let reps = Reps::FULL.round(1, 3);
 
-        let mut reference = Reference::start(Path::new("python3"), &root, 2, false, Isa::PORTABLE, false).unwrap();
+        let mut reference = Reference::start(&stand_in(true), &root, 2, false, Isa::PORTABLE).unwrap();
         let times = reference.measure(&case, "forward", reps).unwrap();
         assert_eq!(times["torch/stand_in"], vec![reps.measured as f64; reps.measured]);
         assert_eq!(reference.matmul_gflops(64, 3).unwrap(), 192.5, "the rate, and --isa passed on");
@@ -159,7 +187,7 @@ for line in sys.stdin:
         let report = reference.report().unwrap();
         assert_eq!(report["errors"], json!(["none"]));
 
-        let mut reference = Reference::start(Path::new("python3"), &root, 2, false, Isa::PORTABLE, true).unwrap();
+        let mut reference = Reference::start(&stand_in(false), &root, 2, false, Isa::PORTABLE).unwrap();
         let times = reference.measure(&case, "forward", reps).unwrap();
         assert_eq!(times.keys().collect::<Vec<_>>(), ["torch/stand_in_alone"], "--only torch passed on");
         let died = reference.measure(&case, "train_step", reps).unwrap_err().to_string();
