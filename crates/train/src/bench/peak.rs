@@ -123,12 +123,13 @@ impl std::fmt::Display for Processor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{}; {} ({}-bit vectors{}), {} threads, L1d {} KiB (kernel step {})",
+            "{}; {} ({}-bit vectors{}), {} thread{}, L1d {} KiB (kernel step {})",
             self.model,
             self.isa,
             self.vector_bits,
             if self.isa == self.widest_isa { String::new() } else { format!(", restricted from {}", self.widest_isa) },
             self.threads,
+            if self.threads == 1 { "" } else { "s" },
             self.l1_kib,
             self.kernel_step
         )
