@@ -7,6 +7,7 @@ mod reference;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use kernels::Isa;
@@ -81,6 +82,11 @@ pub struct Args {
     /// portable (default: the widest this CPU has, or KERNELS_ISA).
     #[arg(long)]
     isa: Option<String>,
+    /// Also print where each row's time goes: milliseconds per call in our GEMM, the attention
+    /// kernel's forward and backward passes, and the rest (Burn's own ops, autodiff, the
+    /// optimizer, copies); the JSON rows get a "profile" entry.
+    #[arg(long)]
+    profile: bool,
     /// Skip the sequence-length scaling series.
     #[arg(long)]
     no_scaling: bool,
@@ -105,6 +111,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let threads = use_threads(args.threads)?;
+    kernels::profile::set_enabled(args.profile);
     let isa = match &args.isa {
         Some(name) => Isa::parse(name)?,
         None => Isa::from_env()?.unwrap_or_else(Isa::detected),
@@ -168,8 +175,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     ("forward", forward(case, &device)?, case.forward_flops()),
                     ("train_step", train_step(case, &device)?, case.train_flops()),
                 ] {
-                    let timing = interleaved(case, phase, call, reps, reference.as_mut())?;
-                    rows.push(Row { series, backend, case, phase, timing, floor_ms: flops / (fma_peak * 1e6), memory });
+                    let (timing, profile) = interleaved(case, phase, call, reps, reference.as_mut())?;
+                    let floor_ms = flops / (fma_peak * 1e6);
+                    rows.push(Row { series, backend, case, phase, timing, floor_ms, memory, profile });
                 }
             }
         }
@@ -219,15 +227,23 @@ fn interleaved(
     mut call: Call,
     reps: Reps,
     mut reference: Option<&mut Reference>,
-) -> Result<Timing> {
+) -> Result<(Timing, Option<Value>)> {
     let mut ours = Vec::new();
     let mut theirs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    // Every call of ours (warm-ups too) and its wall time, for the profile.
+    let (mut calls, mut wall) = (0u32, Duration::ZERO);
+    kernels::profile::take();
     for round in 0..ROUNDS {
         let reps = reps.round(round, ROUNDS);
         // Ours first in even rounds, the reference first in odd ones.
         for turn in [round % 2, 1 - round % 2] {
             if turn == 0 {
-                time_into(reps, &mut ours, &mut call)?;
+                time_into(reps, &mut ours, || {
+                    let start = Instant::now();
+                    let result = call();
+                    (calls, wall) = (calls + 1, wall + start.elapsed());
+                    result
+                })?;
             } else if let Some(reference) = reference.as_deref_mut() {
                 for (name, times) in reference.measure(&case, phase, reps)? {
                     theirs.entry(name).or_default().extend(times);
@@ -247,7 +263,24 @@ fn interleaved(
         if others.is_empty() { "" } else { " | " },
         others.join(" | ")
     );
-    Ok(timing)
+    let profile = kernels::profile::enabled().then(|| profile(kernels::profile::take(), calls, wall));
+    Ok((timing, profile))
+}
+
+/// Milliseconds per call (the mean over `calls` calls that took `wall`) in each kernel phase and
+/// in the rest, printed and as a row's JSON "profile".
+fn profile(phases: [(kernels::profile::Phase, Duration, u64); 3], calls: u32, wall: Duration) -> Value {
+    let per_call = |time: Duration| time.as_secs_f64() * 1e3 / f64::from(calls.max(1));
+    let mut entry = serde_json::Map::new();
+    let mut line = String::from("    profile   ");
+    for (phase, time, _) in phases {
+        entry.insert(format!("{}_ms", phase.name()), json!(per_call(time)));
+        line += &format!(" {} {:.2} ms |", phase.name(), per_call(time));
+    }
+    let rest = wall.saturating_sub(phases.iter().map(|&(_, time, _)| time).sum());
+    entry.insert("rest_ms".into(), json!(per_call(rest)));
+    println!("{line} the rest {:.2} ms (mean per call)", per_call(rest));
+    Value::Object(entry)
 }
 
 /// What one invocation measures.
@@ -333,13 +366,15 @@ struct Row {
     timing: Timing,
     floor_ms: f64,
     memory: Memory,
+    /// Where the time went, with `--profile`.
+    profile: Option<Value>,
 }
 
 impl Row {
     fn to_json(&self) -> Value {
         json!({
             "series": self.series, "backend": self.backend, "case": self.case, "phase": self.phase,
-            "timing": self.timing, "floor_ms": self.floor_ms, "memory": self.memory,
+            "timing": self.timing, "floor_ms": self.floor_ms, "memory": self.memory, "profile": self.profile,
         })
     }
 }

@@ -125,7 +125,8 @@ fn train_then_export_and_verify_the_export() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// `cargo xtask bench --quick` works (a smoke test: nothing about the times is asserted).
+/// `cargo xtask bench --quick` works (a smoke test: nothing about the times is asserted), and
+/// `--profile` puts each row's time in the phases that ran in it.
 #[test]
 fn bench_quick_writes_its_table_and_json() {
     let dir = scratch("bench");
@@ -137,6 +138,7 @@ fn bench_quick_writes_its_table_and_json() {
         "flex",
         "--call",
         "plain,scores,dropout",
+        "--profile",
         "--python",
         "/nonexistent/python",
         "--json",
@@ -158,6 +160,13 @@ fn bench_quick_writes_its_table_and_json() {
     assert!(value["limits"][0]["gflops"].as_f64().is_some_and(|g| g > 0.0), "the FMA peak is measured");
     assert!(rows.iter().all(|r| r["timing"]["median_ms"].as_f64().is_some_and(|v| v > 0.0)
         && r["floor_ms"].as_f64().is_some_and(|v| v > 0.0)));
+    for row in rows.iter().filter(|r| r["case"]["call"] == "plain") {
+        let ms = |phase: &str| row["profile"][phase].as_f64().unwrap_or_else(|| panic!("no {phase} in {row}"));
+        let training = row["phase"] == "train_step";
+        assert!(ms("gemm_ms") > 0.0 && ms("attention_forward_ms") > 0.0 && ms("rest_ms") >= 0.0, "{row}");
+        assert_eq!(ms("attention_backward_ms") > 0.0, training, "a backward pass only in training: {row}");
+    }
+    assert!(text.contains("profile    gemm"), "the profile is printed");
 }
 
 /// `convert` on files the real Keras wrote: every target that can be exact is written, checked by

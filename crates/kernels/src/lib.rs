@@ -4,6 +4,7 @@
 //!
 //! The modules are layered, each importing only those above it in this list:
 //!
+//! * [`profile`]: where the kernels' time goes, when asked (imports nothing);
 //! * [`simd`]: 16 float32 lanes as a vector of the CPU's instruction set, and [`Isa`], the
 //!   instruction set in use (the widest the CPU has, or the one `KERNELS_ISA` names);
 //! * [`buffer`]: the kernels' working memory, reused from call to call whatever the allocator;
@@ -25,6 +26,7 @@ pub mod dropout;
 pub mod gemm;
 pub mod mask;
 pub mod ops;
+pub mod profile;
 pub mod simd;
 #[doc(hidden)]
 pub mod testing;
