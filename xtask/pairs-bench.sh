@@ -5,13 +5,16 @@
 # is still ours and the reference's in turns on the same two cores; the invocations share the
 # L3, memory and package clock. This is how docs/benchmarks.md's "An Intel Xeon" was taken.
 #
-#   bash xtask/pairs-bench.sh [OUT_DIR]      # default reports/bench/pairs
+#   bash xtask/pairs-bench.sh [OUT_DIR [BENCH_FLAGS...]]   # default reports/bench/pairs
+#   bash xtask/pairs-bench.sh reports/bench/pairs --profile    # with where ours spends its time
 #
 # XTASK names the xtask binary (default target/debug/xtask, built by `cargo build --bin xtask`),
 # BENCH_PYTHON the Python with torch (and tensorflow), JOB_SECONDS each job's limit (default 600).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-reports/bench/pairs}
+shift || true
+extra=("$@") # passed on to every job
 xtask=${XTASK:-target/debug/xtask}
 python=${BENCH_PYTHON:-python3}
 mkdir -p "$out"
@@ -34,13 +37,13 @@ for i in "${!runs[@]}"; do
     echo "job $i on CPUs ${pairs[$i]}: ${runs[$i]}"
     # shellcheck disable=SC2086 # the job's flags are words
     taskset -c "${pairs[$i]}" timeout "${JOB_SECONDS:-600}" "$xtask" bench --no-scaling --python "$python" \
-        ${runs[$i]} --json "$out/job$i.json" > "$out/job$i.log" 2>&1 &
+        ${runs[$i]} "${extra[@]}" --json "$out/job$i.json" > "$out/job$i.log" 2>&1 &
     pids+=($!)
 done
 status=0
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
 for i in "${!runs[@]}"; do
     echo "== job $i: ${runs[$i]}"
-    grep -E "^processor|FMA peak|^\| [0-9]" "$out/job$i.log" || tail -3 "$out/job$i.log"
+    grep -E "^processor|FMA peak|^\| [0-9]|sweep:|^    (forward|train_step|profile) " "$out/job$i.log" || tail -3 "$out/job$i.log"
 done
 exit $status
