@@ -37,7 +37,7 @@ use crate::buffer::Buffer;
 use crate::dims::{Dims, FullyMaskedRows};
 use crate::mask::{FULL, KeyBlock, Mask, RowBlock};
 use crate::on_pool;
-use crate::profile::{Phase, timed};
+use crate::profile::Phase;
 use crate::simd::{Isa, LANES, Lanes, Level, Portable, Vector, exp_nonpositive, lanes};
 use crate::tile::{lane_accumulate, lane_dots, lane_max};
 use crate::tuning::Tuning;
@@ -134,9 +134,8 @@ pub struct Gradients {
 /// `[B, S, h, dk]`, `value`: `[B, S, h, dv]`. Returns the output `[B, T, h, dv]` and what the
 /// backward pass needs.
 pub fn forward(query: &[f32], key: &[f32], value: &[f32], dims: Dims, scale: f32, mask: Mask) -> (Vec<f32>, Forward) {
-    let (output, saved, _) = timed(Phase::AttentionForward, || {
-        on_pool(|| forward_with(Isa::best(), query, key, value, dims, scale, mask, false))
-    });
+    let (output, saved, _) =
+        on_pool(Phase::AttentionForward, || forward_with(Isa::best(), query, key, value, dims, scale, mask, false));
     (output, saved)
 }
 
@@ -150,9 +149,8 @@ pub fn forward_with_probs(
     scale: f32,
     mask: Mask,
 ) -> (Vec<f32>, Vec<f32>) {
-    let (output, _, probs) = timed(Phase::AttentionForward, || {
-        on_pool(|| forward_with(Isa::best(), query, key, value, dims, scale, mask, true))
-    });
+    let (output, _, probs) =
+        on_pool(Phase::AttentionForward, || forward_with(Isa::best(), query, key, value, dims, scale, mask, true));
     (output, probs.expect("asked for"))
 }
 
@@ -231,9 +229,7 @@ fn forward_with(
 /// The gradients of `Σ output · output_grad` with respect to the forward pass's query, key and
 /// value. `output_grad`: `[B, T, h, dv]`.
 pub fn backward(saved: &Forward, output_grad: &[f32]) -> Gradients {
-    timed(Phase::AttentionBackward, || {
-        on_pool(|| backward_with(Isa::best(), saved, output_grad, fuse_query_grads(saved.dims)))
-    })
+    on_pool(Phase::AttentionBackward, || backward_with(Isa::best(), saved, output_grad, fuse_query_grads(saved.dims)))
 }
 
 /// With `fused_dq`, `dq` is accumulated during the key-block walk ([`fuse_query_grads`]), else

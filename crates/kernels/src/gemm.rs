@@ -11,7 +11,7 @@
 use gemm::Parallelism;
 
 use crate::on_pool;
-use crate::profile::{Phase, timed};
+use crate::profile::Phase;
 use crate::simd::{Isa, Level};
 
 /// A matrix in host memory: element `(i, j)` is `data[i * row_stride + j * col_stride]`.
@@ -48,13 +48,13 @@ impl<'a> View<'a> {
 
 /// `A B` as a row-major `[M, N]` buffer.
 pub fn matmul(a: View, b: View) -> Vec<f32> {
-    timed(Phase::Gemm, || on_pool(|| product(Isa::best(), a, b, None)))
+    on_pool(Phase::Gemm, || product(Isa::best(), a, b, None))
 }
 
 /// `A B + bias` (`bias`: `[N]`, added to every row) as a row-major `[M, N]` buffer: a dense layer.
 pub fn matmul_bias(a: View, b: View, bias: &[f32]) -> Vec<f32> {
     assert_eq!(bias.len(), b.cols, "one bias per column");
-    timed(Phase::Gemm, || on_pool(|| product(Isa::best(), a, b, Some(bias))))
+    on_pool(Phase::Gemm, || product(Isa::best(), a, b, Some(bias)))
 }
 
 /// The product on `isa`'s micro-kernels: `C = 1 · C₀ + 1 · A B`, where `C₀` is the bias in

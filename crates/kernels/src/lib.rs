@@ -44,9 +44,10 @@ pub use tuning::Tuning;
 /// Runs `f` on a thread of rayon's pool. Each parallel loop started from a thread outside the
 /// pool hands its work to the pool and sleeps until it is done (two context switches, tens of
 /// microseconds); started inside, the loops of `f` split their work among the pool's threads
-/// directly, and only `f` itself is handed over. Every kernel starts here, so the first one also
-/// sets the allocator up ([`buffer::keep_freed_memory`]).
-pub(crate) fn on_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+/// directly, and only `f` itself is handed over. Every kernel entry point starts here, so the
+/// first one also sets the allocator up ([`buffer::keep_freed_memory`]), and each call's time is
+/// kept as `phase`'s when [`profile`] is enabled.
+pub(crate) fn on_pool<R: Send>(phase: profile::Phase, f: impl FnOnce() -> R + Send) -> R {
     buffer::keep_freed_memory();
-    rayon::scope(|_| f())
+    profile::timed(phase, || rayon::scope(|_| f()))
 }

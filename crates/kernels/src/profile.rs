@@ -2,8 +2,8 @@
 //! [`Phase`], summed over calls until [`take`] reads them. Off by default; while off, a kernel
 //! call pays one relaxed atomic load for it.
 //!
-//! The phases are the kernels' entry points, which Burn's ops call one at a time from the
-//! caller's thread, so their times add up: a training step's time minus the phases is what
+//! The phases are the kernels' entry points (each runs through `on_pool`, which times it), which
+//! Burn's ops call one at a time from the caller's thread, so their times add up: a training step's time minus the phases is what
 //! Burn itself spends (element-wise ops, autodiff bookkeeping, the optimizer) plus the ops'
 //! copies between tensors and host slices. `cargo xtask bench --profile` prints it per row.
 
