@@ -39,9 +39,9 @@ scaled_dot_product_attention, torch nn.MultiheadAttention, and the real
 keras.layers.MultiHeadAttention where tensorflow is there too) on the same threads (--threads,
 default every core the process may use), in turns with ours: each row and phase in 3 rounds of
 ours and of the references, so that a drift of the machine's speed during the run reaches both
-sides. It prints ours / fastest reference (below 1 is faster). Every row also states its floor: its FLOPs
-over the cores' float32 FMA peak, measured in the same run, and the memory a training step adds
-to the idle process on each side. The header names the processor, the instruction set in use,
+sides. It prints ours / fastest reference (below 1 is faster). Every row also states its floor:
+its FLOPs over the cores' float32 FMA peak, measured in the same run, and the memory a training
+step adds to the idle process on each side. The header names the processor, the instruction set in use,
 and the matrix-product rates of ours and of torch's matmul. --isa avx2 restricts both sides to
 AVX2 (ours by KERNELS_ISA, torch by ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS and oneDNN's
 ONEDNN_MAX_CPU_ISA), so that an AVX2-only processor can be measured on a wider one. Results:

@@ -126,10 +126,8 @@ pub struct Buffer<T: Pooled> {
 
 impl<T: Pooled> Buffer<T> {
     pub fn zeroed(len: usize) -> Self {
-        let mut data = match len * size_of::<T>() >= MIN_BYTES {
-            true => T::free_list().take(len).unwrap_or_default(),
-            false => Vec::new(),
-        };
+        let mut data =
+            if len * size_of::<T>() >= MIN_BYTES { T::free_list().take(len).unwrap_or_default() } else { Vec::new() };
         data.clear();
         data.resize(len, T::default());
         Self { data }
