@@ -269,7 +269,7 @@ fn interleaved(
 
 /// Milliseconds per call (the mean over `calls` calls that took `wall`) in each kernel phase and
 /// in the rest, printed and as a row's JSON "profile".
-fn profile(phases: [(kernels::profile::Phase, Duration, u64); 3], calls: u32, wall: Duration) -> Value {
+fn profile(phases: kernels::profile::Totals, calls: u32, wall: Duration) -> Value {
     let per_call = |time: Duration| time.as_secs_f64() * 1e3 / f64::from(calls.max(1));
     let mut entry = serde_json::Map::new();
     let mut line = String::from("    profile   ");

@@ -33,9 +33,12 @@ impl Phase {
     }
 }
 
+/// Each phase's wall time and number of calls, in [`Phase::ALL`]'s order.
+pub type Totals = [(Phase, Duration, u64); Phase::ALL.len()];
+
 static ENABLED: AtomicBool = AtomicBool::new(false);
-static NANOS: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
-static CALLS: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
+static NANOS: [AtomicU64; Phase::ALL.len()] = [const { AtomicU64::new(0) }; Phase::ALL.len()];
+static CALLS: [AtomicU64; Phase::ALL.len()] = [const { AtomicU64::new(0) }; Phase::ALL.len()];
 
 /// Starts (or stops) keeping the phases' times, for the whole process.
 pub fn set_enabled(enabled: bool) {
@@ -48,7 +51,7 @@ pub fn enabled() -> bool {
 }
 
 /// Each phase's time and calls since the last `take` (or the start), then zero again.
-pub fn take() -> [(Phase, Duration, u64); 3] {
+pub fn take() -> Totals {
     Phase::ALL.map(|phase| {
         let nanos = NANOS[phase as usize].swap(0, Ordering::Relaxed);
         (phase, Duration::from_nanos(nanos), CALLS[phase as usize].swap(0, Ordering::Relaxed))
