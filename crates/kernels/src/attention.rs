@@ -792,7 +792,7 @@ fn pack_rows(x: &[f32], dims: Dims, len: usize, width: usize, padded_len: usize,
     }
     out.par_chunks_mut(padded_len * padded_width).enumerate().for_each(|(pair, out)| {
         for (row, out) in pair_rows(x, dims, pair, len, width).zip(out.chunks_exact_mut(padded_width)) {
-            out[..width].copy_from_slice(row);
+            copy_row(&mut out[..width], row);
         }
     });
 }
@@ -837,15 +837,28 @@ fn rows_from_lanes(isa: Isa, tiles: &[Lanes], width: usize, out: &mut [f32]) {
     });
 }
 
+/// Below this many features, [`lane_block`] and [`row_block`] move elements one by one: a
+/// 16 x 16 transpose of a block that is mostly padding costs more.
+const NARROW: usize = 8;
+
 /// `out[d][i] = scale · x[i * stride + d]` for the first `rows` (at most 16) rows and the
 /// `out.len()` features; lanes past `rows` are 0. 16 x 16 blocks through [`Vector::transpose`].
 #[inline(always)]
 fn lane_block<V: Vector, const NR: usize>(x: &[f32], stride: usize, rows: usize, scale: f32, out: &mut [Lanes]) {
+    if out.len() < NARROW {
+        for (d, out) in out.iter_mut().enumerate() {
+            *out = [0.0; LANES];
+            for (i, lane) in out.iter_mut().take(rows).enumerate() {
+                *lane = scale * x[i * stride + d];
+            }
+        }
+        return;
+    }
     let mut block = [[0.0; LANES]; LANES];
     for first in (0..out.len()).step_by(LANES) {
         let cols = LANES.min(out.len() - first);
         for (i, lanes) in block.iter_mut().take(rows).enumerate() {
-            lanes[..cols].copy_from_slice(&x[i * stride + first..][..cols]);
+            copy_row(&mut lanes[..cols], &x[i * stride + first..][..cols]);
         }
         let columns = V::transpose(&block);
         for (out, column) in out[first..first + cols].iter_mut().zip(&columns) {
@@ -859,14 +872,33 @@ fn lane_block<V: Vector, const NR: usize>(x: &[f32], stride: usize, rows: usize,
 #[inline(always)]
 fn row_block<V: Vector, const NR: usize>(tile: &[Lanes], rows: &mut [f32]) {
     let width = tile.len();
+    if width < NARROW {
+        for (i, row) in rows.chunks_exact_mut(width).take(LANES).enumerate() {
+            for (x, column) in row.iter_mut().zip(tile) {
+                *x = column[i];
+            }
+        }
+        return;
+    }
     let mut block = [[0.0; LANES]; LANES];
     for first in (0..width).step_by(LANES) {
         let cols = LANES.min(width - first);
-        block[..cols].copy_from_slice(&tile[first..first + cols]);
+        copy_row(&mut block[..cols], &tile[first..first + cols]);
         let transposed = V::transpose(&block);
         for (i, lanes) in transposed.iter().enumerate() {
-            rows[i * width + first..][..cols].copy_from_slice(&lanes[..cols]);
+            copy_row(&mut rows[i * width + first..][..cols], &lanes[..cols]);
         }
+    }
+}
+
+/// `dst.copy_from_slice(src)` as a loop the compiler inlines. The rows of narrow heads are a few
+/// floats, and a call to `memmove` for each cost more than the copy: 9% of the seed's forward
+/// pass (4 features a head) went to it.
+#[inline(always)]
+fn copy_row<T: Copy>(dst: &mut [T], src: &[T]) {
+    assert_eq!(dst.len(), src.len(), "copy_row");
+    for (d, s) in dst.iter_mut().zip(src) {
+        *d = *s;
     }
 }
 
@@ -887,7 +919,7 @@ fn heads_last<T: Copy + Default + Send + Sync>(
         for head in 0..dims.heads {
             let pair = &by_pair[(batch * dims.heads + head) * padded_len * padded_width..][..len * padded_width];
             for (l, row) in pair.chunks_exact(padded_width).enumerate() {
-                out[(l * dims.heads + head) * width..][..width].copy_from_slice(&row[..width]);
+                copy_row(&mut out[(l * dims.heads + head) * width..][..width], &row[..width]);
             }
         }
     });
