@@ -1,0 +1,59 @@
+//! The attention kernel alone, called in a loop, for a profiler: `perf record` on this process
+//! shows the kernel's own costs (its tiles, its layout changes, its threads) without Burn's ops
+//! around them. It prints the median time of one call.
+//!
+//! ```text
+//! cargo run -p kernels --example attention_loop -- 32,136,6,4 backward 5
+//! RAYON_NUM_THREADS=1 perf record ./target/debug/examples/attention_loop 32,136,6,4 forward
+//! ```
+//!
+//! Arguments: the shape `B,T,H,K` (self-attention, value width K; default the seed's), the pass
+//! (`forward` or `backward`, default `forward`) and the seconds to run (default 5).
+//! `KERNELS_ISA` and `KERNELS_STEP` apply as everywhere.
+
+use std::time::Instant;
+
+use kernels::attention::{backward, forward};
+use kernels::mask::Mask;
+use kernels::{Dims, FullyMaskedRows};
+
+fn main() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let shape = args.first().map_or("32,136,6,4", String::as_str);
+    let sizes: Vec<usize> =
+        shape.split(',').map(str::parse).collect::<Result<_, _>>().map_err(|e| format!("{shape}: {e}"))?;
+    let [batch, len, heads, key_dim] = sizes[..] else {
+        return Err(format!("{shape:?} is not B,T,H,K"));
+    };
+    let pass = args.get(1).map_or("forward", String::as_str);
+    if pass != "forward" && pass != "backward" {
+        return Err(format!("{pass:?} is neither forward nor backward"));
+    }
+    let seconds: f64 = match args.get(2) {
+        Some(s) => s.parse().map_err(|e| format!("{s}: {e}"))?,
+        None => 5.0,
+    };
+
+    let dims = Dims { batch, heads, query_len: len, source_len: len, key_dim, value_dim: key_dim };
+    let n = batch * len * heads * key_dim;
+    let values = |seed: usize| (0..n).map(|i| ((i * seed) % 13) as f32 * 0.1 - 0.6).collect::<Vec<f32>>();
+    let (query, key, value) = (values(7), values(5), values(3)); // [B, T, H, K] each
+    let mask = Mask::new(false, FullyMaskedRows::Uniform);
+    let scale = 1.0 / (key_dim as f32).sqrt();
+    let (output, saved) = forward(&query, &key, &value, dims, scale, mask.clone()); // [B, T, H, K]
+
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while start.elapsed().as_secs_f64() < seconds || times.is_empty() {
+        let call = Instant::now();
+        if pass == "forward" {
+            std::hint::black_box(forward(&query, &key, &value, dims, scale, mask.clone()));
+        } else {
+            std::hint::black_box(backward(&saved, &output));
+        }
+        times.push(call.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    println!("{shape} {pass}: median {:.3} ms over {} calls", times[times.len() / 2], times.len());
+    Ok(())
+}
