@@ -51,3 +51,9 @@ pub(crate) fn on_pool<R: Send>(phase: profile::Phase, f: impl FnOnce() -> R + Se
     buffer::keep_freed_memory();
     profile::timed(phase, || rayon::scope(|_| f()))
 }
+
+/// [`on_pool`] for work that runs on one thread: on the caller's, with no hand-over.
+pub(crate) fn on_caller<R>(phase: profile::Phase, f: impl FnOnce() -> R) -> R {
+    buffer::keep_freed_memory();
+    profile::timed(phase, f)
+}
