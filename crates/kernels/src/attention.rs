@@ -40,7 +40,7 @@ use crate::on_pool;
 use crate::profile::Phase;
 use crate::simd::{Isa, LANES, Lanes, Level, Portable, Vector, exp_nonpositive, lanes};
 use crate::tile::{lane_accumulate, lane_dots, lane_max};
-use crate::tuning::Tuning;
+use crate::tuning::{self, Tuning};
 
 /// Calls `$f::<V, NR>(args)` compiled for `$isa`: its vectors `V` and `NR` accumulator vectors
 /// (as many as its registers hold beside the operands).
@@ -90,6 +90,19 @@ mod compiled {
                 #[target_feature(enable = $features)]
                 pub unsafe fn row_block(tile: &[Lanes], rows: &mut [f32]) {
                     super::super::row_block::<$vector, $nr>(tile, rows)
+                }
+
+                /// Seconds per multiply-add of `NR` chains and of `NR / 2` ([`split_sums`]): the
+                /// best of three interleaved rounds of about 0.1 ms each.
+                #[target_feature(enable = $features)]
+                pub unsafe fn multiply_add_times() -> (f64, f64) {
+                    use crate::tile::multiply_add_time;
+                    let mut best = (f64::INFINITY, f64::INFINITY);
+                    for _ in 0..3 {
+                        best.0 = best.0.min(multiply_add_time::<$vector, $nr>(50_000));
+                        best.1 = best.1.min(multiply_add_time::<$vector, { $nr / 2 }>(50_000));
+                    }
+                    best
                 }
             }
         };
@@ -202,7 +215,7 @@ fn forward_with(
             .enumerate()
             .with_min_len(4)
             .for_each_init(
-                || Scratch::new(dims),
+                || Scratch::new(dims, isa),
                 |scratch, (tile, (((output, row_max), inv_row_sum), probs))| {
                     let (pair, block) = (tile / row_blocks, tile % row_blocks);
                     let job = ForwardTile {
@@ -285,7 +298,7 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool)
                 .zip(query_grad_t.par_chunks_mut(row_blocks * wk))
                 .enumerate()
                 .for_each_init(
-                    || Scratch::new(dims),
+                    || Scratch::new(dims, isa),
                     |scratch, (pair, ((key_grad, value_grad), query_grad))| {
                         let blocks = key_grad.chunks_mut(LANES * key_dim).zip(value_grad.chunks_mut(LANES * value_dim));
                         for (block, (key_grad, value_grad)) in blocks.enumerate() {
@@ -304,7 +317,7 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool)
                 .enumerate()
                 .with_min_len(4)
                 .for_each_init(
-                    || Scratch::new(dims),
+                    || Scratch::new(dims, isa),
                     |scratch, (tile, (key_grad, value_grad))| {
                         let job = inputs.tile(tile / key_blocks, tile % key_blocks, key_grad, value_grad, None);
                         dispatch!(isa, key_value_tile(job, scratch));
@@ -314,7 +327,7 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool)
             let mut grad_t = Buffer::zeroed(pairs * row_blocks * wv); // [pairs, Tb, Wv] lanes
             lanes_from_rows(isa, &grad_rows, wv, &mut grad_t);
             query_grad.par_chunks_mut(LANES * wk).enumerate().with_min_len(4).for_each_init(
-                || Scratch::new(dims),
+                || Scratch::new(dims, isa),
                 |scratch, (tile, query_grad)| {
                     let (pair, block) = (tile / row_blocks, tile % row_blocks);
                     let rows = pair * padded_t + block * LANES;
@@ -364,10 +377,33 @@ fn uniform_value_grads(saved: &Forward, grad_rows: &[f32]) -> Option<Vec<f32>> {
     any.then_some(sums)
 }
 
+/// Whether the tiles' weighted sums split narrow groups of features ([`lane_accumulate`]) on
+/// the instruction set in use ([`Isa::best`]), for reports: measured on first use.
+pub fn splits_narrow_sums() -> bool {
+    split_sums(Isa::best())
+}
+
+/// Whether the tiles' weighted sums split narrow groups of features on `isa`
+/// ([`lane_accumulate`]): measured on first use per instruction set, never on the baseline
+/// (no FMA to keep busy).
+fn split_sums(isa: Isa) -> bool {
+    tuning::split_narrow_sums(isa.level(), || match isa.level() {
+        Level::Portable => (1.0, 1.0),
+        // SAFETY: every `Isa` is made by a constructor that checked the CPU for its
+        // instruction set, which the function is compiled for.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => unsafe { compiled::avx2::multiply_add_times() },
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => unsafe { compiled::avx512::multiply_add_times() },
+    })
+}
+
 /// Per-task buffers, reused across the tiles a task runs.
 pub struct Scratch {
     /// Keys (or query rows) per step of a tile's walk ([`Tuning::step`]).
     step: usize,
+    /// Whether [`lane_accumulate`] splits narrow groups of features ([`split_sums`]).
+    split_sums: bool,
     /// `[step]`: one step's scores (then probabilities, or their gradients).
     scores: Vec<Lanes>,
     /// `[step]`: one step's `dp` (then `ds`).
@@ -381,11 +417,12 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    fn new(dims: Dims) -> Self {
+    fn new(dims: Dims, isa: Isa) -> Self {
         let width = dims.key_width().max(dims.value_width());
         let step = Tuning::get().step;
         Self {
             step,
+            split_sums: split_sums(isa),
             scores: vec![[0.0; LANES]; step],
             grads: vec![[0.0; LANES]; step],
             bits: vec![FULL; step],
@@ -459,7 +496,7 @@ fn forward_tile<V: Vector, const NR: usize>(job: ForwardTile, scratch: &mut Scra
             p.store(s);
         }
         row_sum.store(&mut sum);
-        lane_accumulate::<V, NR>(scores, &job.value_rows[start * wv..], wv, context);
+        lane_accumulate::<V, NR>(scores, &job.value_rows[start * wv..], wv, context, scratch.split_sums);
     }
     // A row that saw no allowed key keeps max = -inf: zero attention, or uniform.
     let mut uniform_value: Option<Vec<f32>> = None;
@@ -691,14 +728,14 @@ fn key_value_tile<V: Vector, const NR: usize>(mut job: KeyValueTile, scratch: &m
             prob.mul(dp.sub(dot)).store(g); // ds_j
             kept.store(p);
         }
-        lane_accumulate::<V, NR>(probs, &job.grad_rows[start * wv..], wv, value_acc);
-        lane_accumulate::<V, NR>(grads, &job.query_rows[start * wk..], wk, key_acc);
+        lane_accumulate::<V, NR>(probs, &job.grad_rows[start * wv..], wv, value_acc, scratch.split_sums);
+        lane_accumulate::<V, NR>(grads, &job.query_rows[start * wk..], wk, key_acc, scratch.split_sums);
         if let Some(query_grad) = job.query_grad.as_deref_mut() {
             // dq̃_t += Σ_i ds_ti k_i, 16 rows at a time: ds with the rows in the lanes.
             for (block, ds) in grads.chunks_exact(LANES).enumerate() {
                 let ds_t = V::transpose(ds.try_into().expect("16 rows")); // [16 keys] lanes of 16 rows
                 let rows = (start / LANES + block) * wk;
-                lane_accumulate::<V, NR>(&ds_t, job.key_rows, wk, &mut query_grad[rows..][..wk]);
+                lane_accumulate::<V, NR>(&ds_t, job.key_rows, wk, &mut query_grad[rows..][..wk], scratch.split_sums);
             }
         }
     }
@@ -761,7 +798,7 @@ fn query_tile<V: Vector, const NR: usize>(job: QueryTile, scratch: &mut Scratch)
             }
             prob.mul(dp.sub(dot)).store(g); // ds_j
         }
-        lane_accumulate::<V, NR>(grads, &job.key_rows[start * wk..], wk, query_acc);
+        lane_accumulate::<V, NR>(grads, &job.key_rows[start * wk..], wk, query_acc, scratch.split_sums);
     }
     // d(q̃)/dq = scale.
     query_acc.iter_mut().for_each(|q| *q = lanes(|i| q[i] * job.scale));

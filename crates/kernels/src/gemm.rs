@@ -10,9 +10,9 @@
 
 use gemm::Parallelism;
 
-use crate::{on_caller, on_pool};
 use crate::profile::Phase;
 use crate::simd::{Isa, Level};
+use crate::{on_caller, on_pool};
 
 /// A matrix in host memory: element `(i, j)` is `data[i * row_stride + j * col_stride]`.
 #[derive(Debug, Clone, Copy)]

@@ -95,12 +95,20 @@ fn dot_rows<V: Vector, const R: usize>(
 
 /// `acc[d] += Σ_r weights[r] · rows[r * stride + d]` for `d < acc.len()`, `NR` features at a
 /// time (then 4, 2 and 1 for the rest).
+///
+/// Each feature's sum is a chain of dependent multiply-adds, one per row. A group of `C < NR`
+/// features (every group of a head of 4 features) keeps only `C` chains in flight, which fills
+/// a core that retires one vector FMA per cycle of its latency, but only half of one that
+/// retires two (Intel's server cores with AVX-512). With `split` such a group walks its rows in
+/// `NR / C` interleaved sets with sums of their own, added at the end; whether this core needs
+/// it is measured once ([`crate::tuning::split_narrow_sums`]).
 #[inline(always)]
 pub(crate) fn lane_accumulate<V: Vector, const NR: usize>(
     weights: &[Lanes],
     rows: &[f32],
     stride: usize,
     acc: &mut [Lanes],
+    split: bool,
 ) {
     let width = acc.len();
     let mut first = 0;
@@ -108,10 +116,28 @@ pub(crate) fn lane_accumulate<V: Vector, const NR: usize>(
         let columns = &mut acc[first..];
         first += match columns.len() {
             left if left >= NR => accumulate_columns::<V, NR>(weights, rows, stride, first, columns),
-            left if left >= 4 => accumulate_columns::<V, 4>(weights, rows, stride, first, columns),
-            left if left >= 2 => accumulate_columns::<V, 2>(weights, rows, stride, first, columns),
-            _ => accumulate_columns::<V, 1>(weights, rows, stride, first, columns),
+            left if left >= 4 => accumulate_narrow::<V, 4, NR>(weights, rows, stride, first, columns, split),
+            left if left >= 2 => accumulate_narrow::<V, 2, NR>(weights, rows, stride, first, columns, split),
+            _ => accumulate_narrow::<V, 1, NR>(weights, rows, stride, first, columns, split),
         };
+    }
+}
+
+/// [`accumulate_columns`] of `C < NR` features, or with `split` [`accumulate_in_sets`] in
+/// `NR / C` sets.
+#[inline(always)]
+fn accumulate_narrow<V: Vector, const C: usize, const NR: usize>(
+    weights: &[Lanes],
+    rows: &[f32],
+    stride: usize,
+    first: usize,
+    acc: &mut [Lanes],
+    split: bool,
+) -> usize {
+    if split {
+        accumulate_in_sets::<V, C>(weights, rows, stride, first, acc, NR / C)
+    } else {
+        accumulate_columns::<V, C>(weights, rows, stride, first, acc)
     }
 }
 
@@ -141,6 +167,76 @@ fn accumulate_columns<V: Vector, const C: usize>(
         sum.store(out);
     }
     C
+}
+
+/// The most row sets [`accumulate_in_sets`] walks.
+const MAX_SETS: usize = 8;
+
+/// [`accumulate_columns`] with the rows walked in `sets` interleaved sets (row `r` in set
+/// `r % sets`; a constant once inlined), each with sums of its own, added at the end.
+#[inline(always)]
+fn accumulate_in_sets<V: Vector, const C: usize>(
+    weights: &[Lanes],
+    rows: &[f32],
+    stride: usize,
+    first: usize,
+    acc: &mut [Lanes],
+    sets: usize,
+) -> usize {
+    let sets = sets.clamp(1, MAX_SETS);
+    let mut sums = [[V::zero(); C]; MAX_SETS];
+    for c in 0..C {
+        sums[0][c] = V::load(&acc[c]);
+    }
+    let mut groups = weights.chunks_exact(sets);
+    for (group, group_weights) in (&mut groups).enumerate() {
+        for (set, (sums, weight)) in sums.iter_mut().zip(group_weights).enumerate() {
+            let row = &rows[(group * sets + set) * stride + first..][..C];
+            let weight = V::load(weight);
+            for c in 0..C {
+                sums[c] = weight.mul_add(V::splat(row[c]), sums[c]);
+            }
+        }
+    }
+    let whole = weights.len() - groups.remainder().len();
+    for (r, weight) in groups.remainder().iter().enumerate() {
+        let row = &rows[(whole + r) * stride + first..][..C];
+        let weight = V::load(weight);
+        for c in 0..C {
+            sums[0][c] = weight.mul_add(V::splat(row[c]), sums[0][c]);
+        }
+    }
+    let (total, others) = sums.split_at_mut(1);
+    for set in others.iter().take(sets - 1) {
+        for (total, sum) in total[0].iter_mut().zip(set) {
+            *total = total.add(*sum);
+        }
+    }
+    for (sum, out) in total[0].into_iter().zip(acc) {
+        sum.store(out);
+    }
+    C
+}
+
+/// Seconds per vector multiply-add of `CHAINS` independent chains of them, `iterations` rounds:
+/// the rate [`accumulate_columns`] with that many sums can reach.
+#[inline(always)]
+pub(crate) fn multiply_add_time<V: Vector, const CHAINS: usize>(iterations: usize) -> f64 {
+    let (a, b) = (V::splat(std::hint::black_box(0.999_999)), V::splat(std::hint::black_box(1e-7)));
+    let mut sums = [V::splat(1.0); CHAINS];
+    let start = std::time::Instant::now();
+    for _ in 0..iterations {
+        for sum in sums.iter_mut() {
+            *sum = sum.mul_add(a, b);
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let mut out = [0.0; LANES];
+    for sum in sums {
+        sum.store(&mut out);
+        std::hint::black_box(&out);
+    }
+    seconds / (iterations * CHAINS) as f64
 }
 
 #[cfg(test)]
@@ -195,17 +291,20 @@ mod tests {
                     assert!((out[r][i] - want).abs() < 1e-4, "dots nr {nr} r {r} lane {i}");
                 }
             }
-            let mut acc = vec![[1.0; LANES]; width];
-            match nr {
-                2 => lane_accumulate::<Portable, 2>(&out, &rows, stride, &mut acc),
-                4 => lane_accumulate::<Portable, 4>(&out, &rows, stride, &mut acc),
-                6 => lane_accumulate::<Portable, 6>(&out, &rows, stride, &mut acc),
-                _ => lane_accumulate::<Portable, 8>(&out, &rows, stride, &mut acc),
-            }
-            for d in 0..width {
-                for i in 0..LANES {
-                    let want: f32 = 1.0 + (0..n).map(|r| out[r][i] * rows[r * stride + d]).sum::<f32>();
-                    assert!((acc[d][i] - want).abs() < 1e-3 * want.abs().max(1.0), "accumulate nr {nr} d {d} lane {i}");
+            for split in [false, true] {
+                let mut acc = vec![[1.0; LANES]; width];
+                match nr {
+                    2 => lane_accumulate::<Portable, 2>(&out, &rows, stride, &mut acc, split),
+                    4 => lane_accumulate::<Portable, 4>(&out, &rows, stride, &mut acc, split),
+                    6 => lane_accumulate::<Portable, 6>(&out, &rows, stride, &mut acc, split),
+                    _ => lane_accumulate::<Portable, 8>(&out, &rows, stride, &mut acc, split),
+                }
+                for d in 0..width {
+                    for i in 0..LANES {
+                        let want: f32 = 1.0 + (0..n).map(|r| out[r][i] * rows[r * stride + d]).sum::<f32>();
+                        let error = (acc[d][i] - want).abs();
+                        assert!(error < 1e-3 * want.abs().max(1.0), "accumulate nr {nr} split {split} d {d} lane {i}");
+                    }
                 }
             }
         }

@@ -7,10 +7,15 @@
 //! elsewhere): half of L1 for the step's scores, the rest for the streamed rows. A 32 KiB L1 (Zen 4,
 //! most Intel client cores) gives 128 keys, a 48 KiB one (Intel server cores since Ice Lake)
 //! 192, Apple's 128 KiB 512. `KERNELS_STEP` overrides it, for measurements.
+//!
+//! Whether the tiles' weighted sums of narrow heads split their rows to keep more multiply-add
+//! chains in flight ([`split_narrow_sums`]) depends on how many FMA units a core has, which no
+//! register or file reports: it is measured, once per instruction set, on first use (about a
+//! millisecond). `KERNELS_SPLIT_SUMS` overrides it.
 
 use std::sync::OnceLock;
 
-use crate::simd::LANES;
+use crate::simd::{LANES, Level};
 
 /// The variable that overrides [`Tuning::step`]: a multiple of 16 from 16 to 4096.
 pub const STEP_VARIABLE: &str = "KERNELS_STEP";
@@ -62,6 +67,37 @@ impl Tuning {
     }
 }
 
+/// The variable that overrides [`split_narrow_sums`]: `1` splits, `0` does not.
+pub const SPLIT_VARIABLE: &str = "KERNELS_SPLIT_SUMS";
+
+/// How much slower a multiply-add of half as many chains as the tiles' accumulators must be for
+/// the split to pay: on a core whose FMA units the half fill, the two rates are equal (measured
+/// 1.0 on a Zen 4 with AVX-512); where they need twice as many chains to stay busy, the half
+/// take twice as long.
+const SPLIT_WHEN_SLOWER: f64 = 1.5;
+
+/// Whether `lane_accumulate` splits the rows of a group of fewer features than its accumulators
+/// on the instruction set `level`: [`SPLIT_VARIABLE`] if set (`0` or `1`; another value is
+/// reported on stderr and ignored), else the measurement `times`, run once per instruction set,
+/// which returns the seconds per multiply-add of the tiles' accumulators' number of chains and
+/// of half as many.
+pub(crate) fn split_narrow_sums(level: Level, times: impl FnOnce() -> (f64, f64)) -> bool {
+    static SPLIT: [OnceLock<bool>; 3] = [const { OnceLock::new() }; 3];
+    *SPLIT[level as usize].get_or_init(|| split_from(std::env::var(SPLIT_VARIABLE).ok().as_deref(), times))
+}
+
+/// [`split_narrow_sums`]'s rule, given the override's value.
+fn split_from(variable: Option<&str>, times: impl FnOnce() -> (f64, f64)) -> bool {
+    match variable.map(str::trim).filter(|v| !v.is_empty()) {
+        Some("1") => return true,
+        Some("0") => return false,
+        Some(other) => eprintln!("warning: {SPLIT_VARIABLE}={other:?} is neither 0 nor 1; measuring"),
+        None => {}
+    }
+    let (full, half) = times();
+    half > SPLIT_WHEN_SLOWER * full
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,6 +108,18 @@ mod tests {
         assert_eq!([step(16), step(32), step(48), step(64), step(128), step(1024)], [64, 128, 192, 256, 512, 512]);
         assert_eq!(Tuning::for_l1(0).step, 128, "an unreadable L1 counts as 32 KiB");
         assert_eq!(Tuning::for_l1(40 * 1024).step % LANES, 0);
+    }
+
+    #[test]
+    fn narrow_sums_split_where_half_the_chains_run_at_half_the_rate() {
+        let never = || -> (f64, f64) { panic!("an override is not measured") };
+        assert!(split_from(Some("1"), never) && !split_from(Some(" 0 "), never));
+        // A core with twice the FMA units that half the chains fill; one they fill (a Zen 4 with
+        // AVX-512: 0.271 and 0.271 ns); one they nearly fill (its AVX2: 0.271 and 0.361 ns).
+        assert!(split_from(None, || (1.0, 2.0)));
+        assert!(!split_from(None, || (0.271, 0.271)));
+        assert!(!split_from(None, || (0.271, 0.361)));
+        assert!(split_from(Some("yes"), || (1.0, 2.0)), "an invalid override is ignored");
     }
 
     #[test]

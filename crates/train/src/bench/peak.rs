@@ -102,6 +102,9 @@ pub struct Processor {
     /// The L1 data cache and the kernel's step derived from it ([`Tuning`]).
     pub l1_kib: usize,
     pub kernel_step: usize,
+    /// Whether the kernel's weighted sums of narrow heads keep more multiply-add chains, as this
+    /// core's FMA units were measured to need (`kernels::tuning::split_narrow_sums`).
+    pub split_narrow_sums: bool,
 }
 
 impl Processor {
@@ -115,6 +118,7 @@ impl Processor {
             threads: threads(),
             l1_kib: tuning.l1_bytes / 1024,
             kernel_step: tuning.step,
+            split_narrow_sums: kernels::attention::splits_narrow_sums(),
         }
     }
 }
@@ -123,7 +127,7 @@ impl std::fmt::Display for Processor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{}; {} ({}-bit vectors{}), {} thread{}, L1d {} KiB (kernel step {})",
+            "{}; {} ({}-bit vectors{}), {} thread{}, L1d {} KiB (kernel step {}), narrow heads' sums {}",
             self.model,
             self.isa,
             self.vector_bits,
@@ -131,7 +135,8 @@ impl std::fmt::Display for Processor {
             self.threads,
             if self.threads == 1 { "" } else { "s" },
             self.l1_kib,
-            self.kernel_step
+            self.kernel_step,
+            if self.split_narrow_sums { "split" } else { "unsplit" }
         )
     }
 }
