@@ -97,7 +97,7 @@ impl Vector for Avx512 {
         }
     }
     /// The same reduction and polynomial as the portable `exp` in 12 instructions instead of
-    /// 16: `n` by `vrndscaleps`, the polynomial by Horner's rule, `2^n` by `vscalefps`.
+    /// 15: `n` by `vrndscaleps`, the polynomial by Horner's rule, `2^n` by `vscalefps`.
     #[inline(always)]
     fn exp_nonpositive(self) -> Self {
         use super::exp::{LN2_HI, LN2_LO, LOG2_E, POLYNOMIAL, UNDERFLOW};
