@@ -157,16 +157,21 @@ fn accumulate_columns<V: Vector, const C: usize>(
         sums[c] = V::load(&acc[c]);
     }
     for (r, weight) in weights.iter().enumerate() {
-        let row = &rows[r * stride + first..][..C];
-        let weight = V::load(weight);
-        for c in 0..C {
-            sums[c] = weight.mul_add(V::splat(row[c]), sums[c]);
-        }
+        add_weighted_row(&mut sums, weight, &rows[r * stride + first..][..C]);
     }
     for (sum, out) in sums.into_iter().zip(acc) {
         sum.store(out);
     }
     C
+}
+
+/// `sums[c] += weight · row[c]`: one row of a weighted sum, in registers.
+#[inline(always)]
+fn add_weighted_row<V: Vector, const C: usize>(sums: &mut [V; C], weight: &Lanes, row: &[f32]) {
+    let weight = V::load(weight);
+    for (sum, &x) in sums.iter_mut().zip(row) {
+        *sum = weight.mul_add(V::splat(x), *sum);
+    }
 }
 
 /// The most row sets [`accumulate_in_sets`] walks.
@@ -191,20 +196,12 @@ fn accumulate_in_sets<V: Vector, const C: usize>(
     let mut groups = weights.chunks_exact(sets);
     for (group, group_weights) in (&mut groups).enumerate() {
         for (set, (sums, weight)) in sums.iter_mut().zip(group_weights).enumerate() {
-            let row = &rows[(group * sets + set) * stride + first..][..C];
-            let weight = V::load(weight);
-            for c in 0..C {
-                sums[c] = weight.mul_add(V::splat(row[c]), sums[c]);
-            }
+            add_weighted_row(sums, weight, &rows[(group * sets + set) * stride + first..][..C]);
         }
     }
     let whole = weights.len() - groups.remainder().len();
     for (r, weight) in groups.remainder().iter().enumerate() {
-        let row = &rows[(whole + r) * stride + first..][..C];
-        let weight = V::load(weight);
-        for c in 0..C {
-            sums[0][c] = weight.mul_add(V::splat(row[c]), sums[0][c]);
-        }
+        add_weighted_row(&mut sums[0], weight, &rows[(whole + r) * stride + first..][..C]);
     }
     let (total, others) = sums.split_at_mut(1);
     for set in others.iter().take(sets - 1) {
