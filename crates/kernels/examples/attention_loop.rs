@@ -7,9 +7,11 @@
 //! RAYON_NUM_THREADS=1 perf record ./target/debug/examples/attention_loop 32,136,6,4 forward
 //! ```
 //!
+//! The dev profile already builds this crate at `opt-level = 3` (the workspace's Cargo.toml), so
+//! the debug binary runs the kernel as a release build does, without a release build of Burn.
 //! Arguments: the shape `B,T,H,K` (self-attention, value width K; default the seed's), the pass
 //! (`forward` or `backward`, default `forward`) and the seconds to run (default 5).
-//! `KERNELS_ISA` and `KERNELS_STEP` apply as everywhere.
+//! `KERNELS_ISA`, `KERNELS_STEP` and `KERNELS_SPLIT_SUMS` apply as everywhere.
 
 use std::time::Instant;
 

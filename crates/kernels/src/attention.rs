@@ -384,8 +384,8 @@ pub fn splits_narrow_sums() -> bool {
 }
 
 /// Whether the tiles' weighted sums split narrow groups of features on `isa`
-/// ([`lane_accumulate`]): measured on first use per instruction set, never on the baseline
-/// (no FMA to keep busy).
+/// ([`lane_accumulate`]): measured on first use per instruction set; on the baseline (no FMA
+/// to keep busy) only when [`tuning::SPLIT_VARIABLE`] asks for it.
 fn split_sums(isa: Isa) -> bool {
     tuning::split_narrow_sums(isa.level(), || match isa.level() {
         Level::Portable => (1.0, 1.0),
@@ -909,8 +909,9 @@ fn lane_block<V: Vector, const NR: usize>(x: &[f32], stride: usize, rows: usize,
 #[inline(always)]
 fn row_block<V: Vector, const NR: usize>(tile: &[Lanes], rows: &mut [f32]) {
     let width = tile.len();
-    if width < NARROW {
-        for (i, row) in rows.chunks_exact_mut(width).take(LANES).enumerate() {
+    if (1..NARROW).contains(&width) {
+        let rows = &mut rows[..LANES * width]; // 16 rows, as the transposing path writes
+        for (i, row) in rows.chunks_exact_mut(width).enumerate() {
             for (x, column) in row.iter_mut().zip(tile) {
                 *x = column[i];
             }

@@ -9,7 +9,8 @@
 //!   instruction set in use (the widest the CPU has, or the one `KERNELS_ISA` names);
 //! * [`buffer`]: the kernels' working memory, reused from call to call whatever the allocator;
 //! * [`dims`]: the sizes of a call and what its fully masked rows get, and [`tuning`]: the
-//!   kernel's blocking, derived from the CPU's L1 size at run time;
+//!   kernel's blocking, derived from the CPU's L1 size and a measurement of its FMA units at
+//!   run time;
 //! * [`tile`]: the two register-blocked products the kernel is made of;
 //! * [`bias`], [`dropout`] and [`mask`]: a float mask added to the logits, dropout on the
 //!   probabilities as a counter-based keep-mask, and boolean masks as bits with the tiles they
@@ -44,9 +45,10 @@ pub use tuning::Tuning;
 /// Runs `f` on a thread of rayon's pool. Each parallel loop started from a thread outside the
 /// pool hands its work to the pool and sleeps until it is done (two context switches, tens of
 /// microseconds); started inside, the loops of `f` split their work among the pool's threads
-/// directly, and only `f` itself is handed over. Every kernel entry point starts here, so the
-/// first one also sets the allocator up ([`buffer::keep_freed_memory`]), and each call's time is
-/// kept as `phase`'s when [`profile`] is enabled.
+/// directly, and only `f` itself is handed over. Every kernel entry point starts here or, for
+/// work that runs on one thread, in [`on_caller`], so the first one also sets the allocator up
+/// ([`buffer::keep_freed_memory`]), and each call's time is kept as `phase`'s when [`profile`]
+/// is enabled.
 pub(crate) fn on_pool<R: Send>(phase: profile::Phase, f: impl FnOnce() -> R + Send) -> R {
     buffer::keep_freed_memory();
     profile::timed(phase, || rayon::scope(|_| f()))

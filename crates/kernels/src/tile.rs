@@ -97,9 +97,10 @@ fn dot_rows<V: Vector, const R: usize>(
 /// time (then 4, 2 and 1 for the rest).
 ///
 /// Each feature's sum is a chain of dependent multiply-adds, one per row. A group of `C < NR`
-/// features (every group of a head of 4 features) keeps only `C` chains in flight, which fills
-/// a core that retires one vector FMA per cycle of its latency, but only half of one that
-/// retires two (Intel's server cores with AVX-512). With `split` such a group walks its rows in
+/// features (every group of a head of 4 features) keeps only `C` chains in flight. With
+/// AVX-512 that fills a core that retires one 512-bit FMA per cycle of its latency, but only
+/// half of one that retires two (Intel's server cores); an AVX2 vector is two registers, so
+/// there only groups of 2 and 1 fall short. With `split` such a group walks its rows in
 /// `NR / C` interleaved sets with sums of their own, added at the end; whether this core needs
 /// it is measured once ([`crate::tuning::split_narrow_sums`]).
 #[inline(always)]

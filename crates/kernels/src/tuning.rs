@@ -11,7 +11,8 @@
 //! Whether the tiles' weighted sums of narrow heads split their rows to keep more multiply-add
 //! chains in flight ([`split_narrow_sums`]) depends on how many FMA units a core has, which no
 //! register or file reports: it is measured, once per instruction set, on first use (about a
-//! millisecond). `KERNELS_SPLIT_SUMS` overrides it.
+//! millisecond). `KERNELS_SPLIT_SUMS` overrides it. The split changes the order of the sums, so
+//! the outputs' last bits depend on it: where two processes must agree bit for bit, set it.
 
 use std::sync::OnceLock;
 
@@ -71,9 +72,11 @@ impl Tuning {
 pub const SPLIT_VARIABLE: &str = "KERNELS_SPLIT_SUMS";
 
 /// How much slower a multiply-add of half as many chains as the tiles' accumulators must be for
-/// the split to pay: on a core whose FMA units the half fill, the two rates are equal (measured
-/// 1.0 on a Zen 4 with AVX-512); where they need twice as many chains to stay busy, the half
-/// take twice as long.
+/// the split to pay: on a core whose FMA units half the chains already fill, the two rates are
+/// equal (1.00 measured on a Zen 4 with AVX-512; 1.33 with AVX2, whose half nearly fill them);
+/// on one whose units need twice as many chains to stay busy, the half take twice as long. The
+/// measurement is aimed at AVX-512: an AVX2 vector is two registers, so a group of 4 features
+/// already keeps 8 of them in flight, and there the split only ever reaches groups of 2 and 1.
 const SPLIT_WHEN_SLOWER: f64 = 1.5;
 
 /// Whether `lane_accumulate` splits the rows of a group of fewer features than its accumulators

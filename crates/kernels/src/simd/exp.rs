@@ -31,7 +31,8 @@ use super::Vector;
 #[inline(always)]
 pub(crate) fn exp_nonpositive<V: Vector>(x: V) -> V {
     let clamped = x.max(V::splat(UNDERFLOW));
-    // x / ln 2 and its rounding in one multiply-add: the sum rounds the exact product.
+    // x / ln 2 and its rounding in one multiply-add (fused where `V` has FMA: the sum then
+    // rounds the exact product).
     let rounded = clamped.mul_add(V::splat(LOG2_E), V::splat(ROUND_MAGIC));
     let n = rounded.sub(V::splat(ROUND_MAGIC)); // round(x / ln 2), in [-126, 0]
     let r = n.mul_add(V::splat(-LN2_LO), n.mul_add(V::splat(-LN2_HI), clamped)); // x - n ln 2, |r| <= ln(2)/2
