@@ -7,9 +7,9 @@
 //! for the least largest relative error there (3.7e-9 in exact arithmetic), with `1 + r` kept
 //! exact so that `exp(0) = 1`. In float32 the result is within 0.85 ulp of libm's on the softmax
 //! range (the test's bound is 2), as Cephes' was, for one fused multiply-add less per vector:
-//! the seed's backward pass, whose time goes mostly to `exp`, took 7% less. Arguments below [`UNDERFLOW`] (and `-inf`) return
-//! `exp(UNDERFLOW)`, about 1.2e-38, where the true value is a denormal or 0: nothing a softmax
-//! row, whose largest term is 1, can tell apart.
+//! the seed's backward pass, whose time goes mostly to `exp`, took 7% less. Arguments below
+//! [`UNDERFLOW`] (and `-inf`) return `exp(UNDERFLOW)`, about 1.2e-38, where the true value is a
+//! denormal or 0: nothing a softmax row, whose largest term is 1, can tell apart.
 
 /// Below this, `exp(x) < f32::MIN_POSITIVE`; arguments are clamped to it.
 pub const UNDERFLOW: f32 = -87.336_54;
