@@ -186,16 +186,17 @@ fn forward_with(
     let (wk, wv, row_blocks) = (dims.key_width(), dims.value_width(), dims.row_blocks());
     let (padded_t, padded_s) = (dims.padded_query_len(), dims.padded_source_len());
 
-    let mut query_t = Buffer::zeroed(pairs * row_blocks * wk);
+    // Every element of these is written below (padding too), so none is zeroed first.
+    let mut query_t = Buffer::overwritten(pairs * row_blocks * wk);
     pack_lanes(isa, query, dims, query_len, key_dim, wk, &mut query_t, scale);
-    let mut key_rows = Buffer::zeroed(pairs * padded_s * wk);
+    let mut key_rows = Buffer::overwritten(pairs * padded_s * wk);
     pack_rows(key, dims, source_len, key_dim, padded_s, wk, &mut key_rows);
-    let mut value_rows = Buffer::zeroed(pairs * padded_s * wv);
+    let mut value_rows = Buffer::overwritten(pairs * padded_s * wv);
     pack_rows(value, dims, source_len, value_dim, padded_s, wv, &mut value_rows);
 
-    let mut output = Buffer::zeroed(pairs * padded_t * wv);
-    let mut row_max = Buffer::zeroed(pairs * padded_t);
-    let mut inv_row_sum = Buffer::zeroed(pairs * padded_t);
+    let mut output = Buffer::overwritten(pairs * padded_t * wv);
+    let mut row_max = Buffer::overwritten(pairs * padded_t);
+    let mut inv_row_sum = Buffer::overwritten(pairs * padded_t);
     // `[pairs, T, S]`, split into the rows of each tile (the last tile of a pair may hold fewer).
     let mut probs = with_probs.then(|| vec![0.0; pairs * query_len * source_len]);
     let mut probs_tiles: Vec<Option<&mut [f32]>> = match probs.as_mut() {
@@ -233,6 +234,9 @@ fn forward_with(
                     dispatch!(isa, forward_tile(job, scratch));
                 },
             );
+    } else {
+        // No key (or no row): every output and statistic is 0.
+        [&mut output, &mut row_max, &mut inv_row_sum].into_iter().for_each(|buffer| buffer.fill(0.0));
     }
     drop(probs_tiles);
     let result = heads_last(&output, dims, query_len, padded_t, wv, value_dim); // [B, T, h, dv]
@@ -255,22 +259,24 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool)
     let (wk, wv) = (dims.key_width(), dims.value_width());
     let (row_blocks, key_blocks) = (dims.row_blocks(), dims.key_blocks());
     let (padded_t, padded_s) = (dims.padded_query_len(), dims.padded_source_len());
-    let mut query_grad = Buffer::zeroed(pairs * padded_t * wk); // [pairs, T', Wk]
+    // Only `dq` in lanes is summed into; the tiles and layout changes write every element of
+    // the others (padding too), so they are not zeroed first.
+    let mut query_grad = Buffer::overwritten(pairs * padded_t * wk); // [pairs, T', Wk]
     let mut query_grad_t = Buffer::zeroed(if fused_dq { pairs * row_blocks * wk } else { 0 }); // [pairs, Tb, Wk] lanes
-    let mut key_grad = Buffer::zeroed(pairs * padded_s * key_dim); // [pairs, S', dk]
-    let mut value_grad = Buffer::zeroed(pairs * padded_s * value_dim); // [pairs, S', dv]
+    let mut key_grad = Buffer::overwritten(pairs * padded_s * key_dim); // [pairs, S', dk]
+    let mut value_grad = Buffer::overwritten(pairs * padded_s * value_dim); // [pairs, S', dv]
 
     if !dims.is_empty() {
         // The other orientation of each operand, and the output gradient in both.
-        let mut grad_rows = Buffer::zeroed(pairs * padded_t * wv); // [pairs, T', Wv]
+        let mut grad_rows = Buffer::overwritten(pairs * padded_t * wv); // [pairs, T', Wv]
         pack_rows(output_grad, dims, query_len, value_dim, padded_t, wv, &mut grad_rows);
-        let mut query_rows = Buffer::zeroed(pairs * padded_t * wk); // [pairs, T', Wk]
+        let mut query_rows = Buffer::overwritten(pairs * padded_t * wk); // [pairs, T', Wk]
         rows_from_lanes(isa, &saved.query_t, wk, &mut query_rows);
-        let mut key_t = Buffer::zeroed(pairs * key_blocks * wk); // [pairs, Sb, Wk] lanes
+        let mut key_t = Buffer::overwritten(pairs * key_blocks * wk); // [pairs, Sb, Wk] lanes
         lanes_from_rows(isa, &saved.key_rows, wk, &mut key_t);
-        let mut value_t = Buffer::zeroed(pairs * key_blocks * wv); // [pairs, Sb, Wv] lanes
+        let mut value_t = Buffer::overwritten(pairs * key_blocks * wv); // [pairs, Sb, Wv] lanes
         lanes_from_rows(isa, &saved.value_rows, wv, &mut value_t);
-        let mut row_dot = Buffer::zeroed(pairs * padded_t); // [pairs, T']: D_t = dO_t · o_t
+        let mut row_dot = Buffer::overwritten(pairs * padded_t); // [pairs, T']: D_t = dO_t · o_t
         row_dot
             .par_iter_mut()
             .zip(grad_rows.par_chunks(wv).zip(saved.output.par_chunks(wv)))
@@ -324,7 +330,7 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool)
                     },
                 );
             // dq by a pass of its own, 16 query rows at a time.
-            let mut grad_t = Buffer::zeroed(pairs * row_blocks * wv); // [pairs, Tb, Wv] lanes
+            let mut grad_t = Buffer::overwritten(pairs * row_blocks * wv); // [pairs, Tb, Wv] lanes
             lanes_from_rows(isa, &grad_rows, wv, &mut grad_t);
             query_grad.par_chunks_mut(LANES * wk).enumerate().with_min_len(4).for_each_init(
                 || Scratch::new(dims, isa),
@@ -347,6 +353,8 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool)
                 },
             );
         }
+    } else {
+        [&mut query_grad, &mut key_grad, &mut value_grad].into_iter().for_each(|buffer| buffer.fill(0.0));
     }
     Gradients {
         query: heads_last(&query_grad, dims, query_len, padded_t, wk, key_dim),
@@ -822,19 +830,23 @@ fn pair_rows(x: &[f32], dims: Dims, pair: usize, len: usize, width: usize) -> im
     x[first..].chunks(dims.heads * width).take(len).map(move |row| &row[..width])
 }
 
-/// `[B, len, h, w] -> [pairs, len', W]`, zero-padded rows and features.
+/// `[B, len, h, w] -> [pairs, len', W]`, zero-padded rows and features (every element written).
 fn pack_rows(x: &[f32], dims: Dims, len: usize, width: usize, padded_len: usize, padded_width: usize, out: &mut [f32]) {
-    if len == 0 || width == 0 {
+    if padded_len == 0 || padded_width == 0 {
         return;
     }
     out.par_chunks_mut(padded_len * padded_width).enumerate().for_each(|(pair, out)| {
-        for (row, out) in pair_rows(x, dims, pair, len, width).zip(out.chunks_exact_mut(padded_width)) {
+        let (rows, padding) = out.split_at_mut(len * padded_width);
+        for (row, out) in pair_rows(x, dims, pair, len, width).zip(rows.chunks_exact_mut(padded_width)) {
             copy_row(&mut out[..width], row);
+            out[width..].fill(0.0);
         }
+        padding.fill(0.0);
     });
 }
 
-/// `[B, len, h, w] -> [pairs, len'/16, W]` lanes (16 rows to a vector), times `scale`.
+/// `[B, len, h, w] -> [pairs, len'/16, W]` lanes (16 rows to a vector), times `scale`; padded
+/// rows and features are 0 (every element written).
 #[allow(clippy::too_many_arguments)]
 fn pack_lanes(
     isa: Isa,
@@ -846,7 +858,7 @@ fn pack_lanes(
     out: &mut [Lanes],
     scale: f32,
 ) {
-    if len == 0 || width == 0 {
+    if len == 0 || padded_width == 0 {
         return;
     }
     let (blocks, stride) = (len.div_ceil(LANES), dims.heads * width);
@@ -855,7 +867,9 @@ fn pack_lanes(
         let first = (batch * len * dims.heads + head) * width;
         for (block, out) in out.chunks_exact_mut(padded_width).enumerate() {
             let rows = LANES.min(len - block * LANES);
-            dispatch!(isa, lane_block(&x[first + block * LANES * stride..], stride, rows, scale, &mut out[..width]));
+            let (features, padding) = out.split_at_mut(width);
+            dispatch!(isa, lane_block(&x[first + block * LANES * stride..], stride, rows, scale, features));
+            padding.fill([0.0; LANES]);
         }
     });
 }
