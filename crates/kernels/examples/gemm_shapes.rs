@@ -1,6 +1,7 @@
 //! The dense layers' products alone, in each layout a layer's forward and backward passes use,
-//! for comparing rates by shape: `x W` (forward), `dy Wᵀ` (the input's gradient) and `xᵀ dy`
-//! (the weight's gradient), each for `x: [M, K]`, `W: [K, N]`. It prints GFLOP/s per layout.
+//! for comparing rates by shape: `x W + b` and `x W` (forward), `dy Wᵀ` (the input's gradient)
+//! and `xᵀ dy` (the weight's gradient), each for `x: [M, K]`, `W: [K, N]`. It prints GFLOP/s per
+//! layout.
 //!
 //! ```text
 //! ./target/debug/examples/gemm_shapes 2048,512,512 2048,512,1536 4352,4,24
@@ -11,7 +12,7 @@
 
 use std::time::Instant;
 
-use kernels::gemm::{View, matmul};
+use kernels::gemm::{View, matmul, matmul_bias};
 
 fn main() -> Result<(), String> {
     let mut shapes = Vec::new();
@@ -30,19 +31,24 @@ fn main() -> Result<(), String> {
         let x: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 * 0.1).collect(); // [M, K]
         let w: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 * 0.1).collect(); // [K, N]
         let dy: Vec<f32> = (0..m * n).map(|i| (i % 3) as f32 * 0.1).collect(); // [M, N]
-        let layouts: [(&str, View, View); 3] = [
-            ("x W", View::new(&x, m, k), View::new(&w, k, n)),
-            ("dy Wt", View::new(&dy, m, n), View::new(&w, k, n).t()),
-            ("xt dy", View::new(&x, m, k).t(), View::new(&dy, m, n)),
+        let bias: Vec<f32> = (0..n).map(|i| i as f32 * 0.01).collect(); // [N]
+        let layouts: [(&str, View, View, Option<&[f32]>); 4] = [
+            ("x W + b", View::new(&x, m, k), View::new(&w, k, n), Some(&bias)),
+            ("x W", View::new(&x, m, k), View::new(&w, k, n), None),
+            ("dy Wt", View::new(&dy, m, n), View::new(&w, k, n).t(), None),
+            ("xt dy", View::new(&x, m, k).t(), View::new(&dy, m, n), None),
         ];
         let flops = 2.0 * (m * k * n) as f64;
         let mut line = format!("{m},{k},{n}:");
-        for (name, a, b) in layouts {
+        for (name, a, b, bias) in layouts {
             let mut times = Vec::new();
             let start = Instant::now();
             while times.len() < 5 || (start.elapsed().as_secs_f64() < 1.0 && times.len() < 1000) {
                 let t = Instant::now();
-                std::hint::black_box(matmul(a, b));
+                std::hint::black_box(match bias {
+                    Some(bias) => matmul_bias(a, b, bias),
+                    None => matmul(a, b),
+                });
                 times.push(t.elapsed().as_secs_f64());
             }
             times.sort_by(f64::total_cmp);
