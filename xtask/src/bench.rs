@@ -37,7 +37,7 @@ When a Python with torch is found (--python, $BENCH_PYTHON, or python3), it keep
 xtask/python/bench_reference.py running beside it and measures the same rows there (torch
 scaled_dot_product_attention, torch nn.MultiheadAttention, and the real
 keras.layers.MultiHeadAttention where tensorflow is there too) on the same threads (--threads,
-default every core the process may use), in turns with ours: each row and phase in 3 rounds of
+default every core the process may use), in turns with ours: each row and phase in 6 rounds of
 ours and of the references, so that a drift of the machine's speed during the run reaches both
 sides. It prints ours / fastest reference (below 1 is faster). Every row also states its floor:
 its FLOPs over the cores' float32 FMA peak, measured in the same run, and the memory a training
@@ -96,7 +96,11 @@ pub struct Args {
 }
 
 /// Rounds per row and phase: ours and the reference take turns this many times (see [`interleaved`]).
-const ROUNDS: usize = 3;
+/// The machine's slow spells last seconds: with 3 rounds of about a second a side, one spell could
+/// fall on one side of a row and move its ratio by 0.1 (8,256,512,16x32's projected training step
+/// at 0.93 and 1.05 in two runs of the same build, AMD EPYC Zen 4); shorter turns spread it over
+/// both sides.
+const ROUNDS: usize = 6;
 
 /// The scaling series: tokens per batch, and the sequence lengths.
 const SCALING_TOKENS: usize = 8192;
@@ -219,7 +223,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
 /// of the reference's models of the same row and phase, and prints the row. The machine's speed
 /// drifts by up to 2x over minutes here; measured minutes apart, one side of a ratio could run in
 /// a slow spell and the other not (a row measured 1.34 that way ran at 0.6-0.9 of torch's time
-/// when the two were timed in turns). Taking turns every second or so puts both sides in the
+/// when the two were timed in turns). Taking turns every half second or so puts both sides in the
 /// same spells; all rounds' samples make one median per side.
 fn interleaved(
     case: Case,
