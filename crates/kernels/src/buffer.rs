@@ -197,29 +197,13 @@ impl<T: Pooled> fmt::Debug for Buffer<T> {
 mod tests {
     use super::*;
 
-    /// An element type of the tests' own, so that no other test shares its free list.
+    /// Element types of the tests' own, so that no other test shares their free lists: one per
+    /// test that checks which buffer it gets back.
     #[derive(Debug, Clone, Copy, Default, PartialEq)]
     struct Element(u64);
-
-    impl Pooled for Element {
-        const POISON: Self = Element(u64::MAX);
-        fn free_list() -> &'static FreeList<Self> {
-            static LIST: FreeList<Element> = FreeList::new();
-            &LIST
-        }
-    }
-
-    /// Another, for the test that poisons its buffers.
     #[derive(Debug, Clone, Copy, Default, PartialEq)]
     struct Poisoned(u64);
-
-    impl Pooled for Poisoned {
-        const POISON: Self = Poisoned(u64::MAX);
-        fn free_list() -> &'static FreeList<Self> {
-            static LIST: FreeList<Poisoned> = FreeList::new();
-            &LIST
-        }
-    }
+    pooled!(Element: Element(u64::MAX), Poisoned: Poisoned(u64::MAX));
 
     const LARGE: usize = MIN_BYTES / 8 * 4; // four times the smallest kept size
 
