@@ -207,12 +207,16 @@ mod tests {
 
     const LARGE: usize = MIN_BYTES / 8 * 4; // four times the smallest kept size
 
+    /// Releases a buffer of `LARGE` elements set to `value` to its free list; returns its address.
+    fn release_one<T: Pooled>(value: T) -> *const T {
+        let mut buffer = Buffer::<T>::zeroed(LARGE);
+        buffer.fill(value);
+        buffer.as_ptr()
+    }
+
     #[test]
     fn a_released_buffer_is_reused_zeroed_and_a_small_one_is_not_kept() {
-        let mut first = Buffer::<Element>::zeroed(LARGE);
-        first.fill(Element(7));
-        let address = first.as_ptr();
-        drop(first);
+        let address = release_one(Element(7));
 
         // A request of 60% of its size is served by it, zeroed; one of 40% would waste too much.
         assert!(Buffer::<Element>::zeroed(LARGE * 2 / 5).as_ptr() != address);
@@ -233,10 +237,7 @@ mod tests {
 
     #[test]
     fn an_overwritten_buffer_reuses_released_memory_and_is_poisoned_in_tests() {
-        let mut first = Buffer::<Poisoned>::zeroed(LARGE);
-        first.fill(Poisoned(7));
-        let address = first.as_ptr();
-        drop(first);
+        let address = release_one(Poisoned(7));
 
         // In tests every element starts as the poison, so a kernel that leaves one unwritten
         // shows it; outside tests it keeps whatever the buffer held.
