@@ -99,7 +99,8 @@ pub struct Args {
 /// The machine's slow spells last seconds: with 3 rounds of about a second a side, one spell could
 /// fall on one side of a row and move its ratio by 0.1 (8,256,512,16x32's projected training step
 /// at 0.93 and 1.05 in two runs of the same build, AMD EPYC Zen 4); shorter turns spread it over
-/// both sides.
+/// both sides. (Not shown yet: one sweep each with 3 and 6 rounds moved as many rows above 1,
+/// docs/benchmarks.md, "Eight shapes, four sweeps".)
 const ROUNDS: usize = 6;
 
 /// The scaling series: tokens per batch, and the sequence lengths.

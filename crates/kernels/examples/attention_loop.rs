@@ -13,7 +13,7 @@
 //! (`forward` or `backward`, default `forward`) and the seconds to run (default 5).
 //! `KERNELS_ISA`, `KERNELS_STEP` and `KERNELS_SPLIT_SUMS` apply as everywhere.
 
-use std::time::Instant;
+mod common;
 
 use kernels::attention::{backward, forward};
 use kernels::mask::Mask;
@@ -22,9 +22,7 @@ use kernels::{Dims, FullyMaskedRows};
 fn main() -> Result<(), String> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let shape = args.first().map_or("32,136,6,4", String::as_str);
-    let sizes: Vec<usize> =
-        shape.split(',').map(str::parse).collect::<Result<_, _>>().map_err(|e| format!("{shape}: {e}"))?;
-    let [batch, len, heads, key_dim] = sizes[..] else {
+    let [batch, len, heads, key_dim] = common::sizes(shape)?[..] else {
         return Err(format!("{shape:?} is not B,T,H,K"));
     };
     let pass = args.get(1).map_or("forward", String::as_str);
@@ -44,18 +42,13 @@ fn main() -> Result<(), String> {
     let scale = 1.0 / (key_dim as f32).sqrt();
     let (output, saved) = forward(&query, &key, &value, dims, scale, mask.clone()); // [B, T, H, K]
 
-    let mut times = Vec::new();
-    let start = Instant::now();
-    while start.elapsed().as_secs_f64() < seconds || times.is_empty() {
-        let call = Instant::now();
+    let (median, calls) = common::median_ms(seconds, 1, || {
         if pass == "forward" {
             std::hint::black_box(forward(&query, &key, &value, dims, scale, mask.clone()));
         } else {
             std::hint::black_box(backward(&saved, &output));
         }
-        times.push(call.elapsed().as_secs_f64() * 1e3);
-    }
-    times.sort_by(f64::total_cmp);
-    println!("{shape} {pass}: median {:.3} ms over {} calls", times[times.len() / 2], times.len());
+    });
+    println!("{shape} {pass}: median {median:.3} ms over {calls} calls");
     Ok(())
 }

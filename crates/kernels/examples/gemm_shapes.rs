@@ -10,16 +10,15 @@
 //!
 //! Arguments: shapes `M,K,N` (default: the 8,256,512 projections). `KERNELS_ISA` applies.
 
-use std::time::Instant;
+mod common;
 
 use kernels::gemm::{View, matmul, matmul_bias};
+use kernels::testing::values;
 
 fn main() -> Result<(), String> {
     let mut shapes = Vec::new();
     for arg in std::env::args().skip(1) {
-        let sizes: Vec<usize> =
-            arg.split(',').map(str::parse).collect::<Result<_, _>>().map_err(|e| format!("{arg}: {e}"))?;
-        let [m, k, n] = sizes[..] else {
+        let [m, k, n] = common::sizes(&arg)?[..] else {
             return Err(format!("{arg:?} is not M,K,N"));
         };
         shapes.push((m, k, n));
@@ -28,10 +27,8 @@ fn main() -> Result<(), String> {
         shapes.push((2048, 512, 512));
     }
     for (m, k, n) in shapes {
-        let x: Vec<f32> = (0..m * k).map(|i| (i % 7) as f32 * 0.1).collect(); // [M, K]
-        let w: Vec<f32> = (0..k * n).map(|i| (i % 5) as f32 * 0.1).collect(); // [K, N]
-        let dy: Vec<f32> = (0..m * n).map(|i| (i % 3) as f32 * 0.1).collect(); // [M, N]
-        let bias: Vec<f32> = (0..n).map(|i| i as f32 * 0.01).collect(); // [N]
+        let (x, w) = (values(m * k, 1), values(k * n, 2)); // [M, K], [K, N]
+        let (dy, bias) = (values(m * n, 3), values(n, 4)); // [M, N], [N]
         let layouts: [(&str, View, View, Option<&[f32]>); 4] = [
             ("x W + b", View::new(&x, m, k), View::new(&w, k, n), Some(&bias)),
             ("x W", View::new(&x, m, k), View::new(&w, k, n), None),
@@ -41,19 +38,11 @@ fn main() -> Result<(), String> {
         let flops = 2.0 * (m * k * n) as f64;
         let mut line = format!("{m},{k},{n}:");
         for (name, a, b, bias) in layouts {
-            let mut times = Vec::new();
-            let start = Instant::now();
-            while times.len() < 5 || (start.elapsed().as_secs_f64() < 1.0 && times.len() < 1000) {
-                let t = Instant::now();
-                std::hint::black_box(match bias {
-                    Some(bias) => matmul_bias(a, b, bias),
-                    None => matmul(a, b),
-                });
-                times.push(t.elapsed().as_secs_f64());
-            }
-            times.sort_by(f64::total_cmp);
-            let median = times[times.len() / 2];
-            line += &format!("  {name} {:.0} GFLOP/s ({:.3} ms)", flops / median / 1e9, median * 1e3);
+            let (median_ms, _) = common::median_ms(1.0, 5, || match bias {
+                Some(bias) => matmul_bias(a, b, bias),
+                None => matmul(a, b),
+            });
+            line += &format!("  {name} {:.0} GFLOP/s ({median_ms:.3} ms)", flops / median_ms / 1e6);
         }
         println!("{line}");
     }
