@@ -180,9 +180,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     ("forward", forward(case, &device)?, case.forward_flops()),
                     ("train_step", train_step(case, &device)?, case.train_flops()),
                 ] {
-                    let (timing, profile) = interleaved(case, phase, call, reps, reference.as_mut())?;
+                    let (timing, rounds, profile) = interleaved(case, phase, call, reps, reference.as_mut())?;
                     let floor_ms = flops / (fma_peak * 1e6);
-                    rows.push(Row { series, backend, case, phase, timing, floor_ms, memory, profile });
+                    rows.push(Row { series, backend, case, phase, timing, rounds, floor_ms, memory, profile });
                 }
             }
         }
@@ -232,9 +232,10 @@ fn interleaved(
     mut call: Call,
     reps: Reps,
     mut reference: Option<&mut Reference>,
-) -> Result<(Timing, Option<Value>)> {
+) -> Result<(Timing, Rounds, Option<Value>)> {
     let mut ours = Vec::new();
     let mut theirs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut rounds = Rounds::default();
     // Every call of ours (warm-ups too) and its wall time, for the profile.
     let (mut calls, mut wall) = (0u32, Duration::ZERO);
     kernels::profile::take();
@@ -243,14 +244,18 @@ fn interleaved(
         // Ours first in even rounds, the reference first in odd ones.
         for turn in [round % 2, 1 - round % 2] {
             if turn == 0 {
-                time_into(reps, &mut ours, || {
+                let mut this_round = Vec::new();
+                time_into(reps, &mut this_round, || {
                     let start = Instant::now();
                     let result = call();
                     (calls, wall) = (calls + 1, wall + start.elapsed());
                     result
                 })?;
+                rounds.ours.push(median(&this_round));
+                ours.extend(this_round);
             } else if let Some(reference) = reference.as_deref_mut() {
                 for (name, times) in reference.measure(&case, phase, reps)? {
+                    rounds.references.entry(name.clone()).or_default().push(median(&times));
                     theirs.entry(name).or_default().extend(times);
                 }
             }
@@ -268,8 +273,40 @@ fn interleaved(
         if others.is_empty() { "" } else { " | " },
         others.join(" | ")
     );
+    if let Some((name, ratios)) = rounds.ratios() {
+        let ratios: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+        println!("    rounds     ours / {name}: {}", ratios.join(" "));
+    }
     let profile = kernels::profile::enabled().then(|| profile(kernels::profile::take(), calls, wall));
-    Ok((timing, profile))
+    Ok((timing, rounds, profile))
+}
+
+/// The median time of each round of a row and phase, ours and each reference's, in the JSON
+/// and printed as ratios: whether a row's ratio held in every round or came from a slow spell
+/// of one side (spells that last several rounds are seen on this machine, docs/benchmarks.md).
+#[derive(Debug, Default)]
+struct Rounds {
+    ours: Vec<f64>,
+    references: BTreeMap<String, Vec<f64>>,
+}
+
+impl Rounds {
+    /// The reference with the lowest median round, and ours over it round by round.
+    fn ratios(&self) -> Option<(&str, Vec<f64>)> {
+        let (name, theirs) = self.references.iter().min_by(|a, b| median(a.1).total_cmp(&median(b.1)))?;
+        Some((name, self.ours.iter().zip(theirs).map(|(ours, theirs)| ours / theirs).collect()))
+    }
+}
+
+/// The median of `ms` (the mean of the middle two for an even count).
+fn median(ms: &[f64]) -> f64 {
+    let mut sorted = ms.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
 }
 
 /// Milliseconds per call (the mean over `calls` calls that took `wall`) in each kernel phase and
@@ -369,6 +406,7 @@ struct Row {
     case: Case,
     phase: &'static str,
     timing: Timing,
+    rounds: Rounds,
     floor_ms: f64,
     memory: Memory,
     /// Where the time went, with `--profile`.
@@ -379,7 +417,8 @@ impl Row {
     fn to_json(&self) -> Value {
         json!({
             "series": self.series, "backend": self.backend, "case": self.case, "phase": self.phase,
-            "timing": self.timing, "floor_ms": self.floor_ms, "memory": self.memory, "profile": self.profile,
+            "timing": self.timing, "rounds": { "ours": self.rounds.ours, "references": self.rounds.references },
+            "floor_ms": self.floor_ms, "memory": self.memory, "profile": self.profile,
         })
     }
 }
@@ -540,4 +579,31 @@ fn memory_child(backend: Backend, case: Case, isa: Isa) -> Result<Memory> {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let last = stdout.lines().last().unwrap_or_default();
     serde_json::from_str(last).with_context(|| format!("the memory child answered {last:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn medians_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(&[]).is_nan());
+    }
+
+    #[test]
+    fn rounds_are_compared_with_the_reference_of_the_lowest_median_round() {
+        let rounds = Rounds {
+            ours: vec![9.0, 12.0, 10.0],
+            references: BTreeMap::from([
+                ("torch/slow".to_string(), vec![20.0, 20.0, 20.0]),
+                ("torch/fast".to_string(), vec![10.0, 10.0, 12.5]),
+            ]),
+        };
+        let (name, ratios) = rounds.ratios().unwrap();
+        assert_eq!(name, "torch/fast");
+        assert_eq!(ratios, [0.9, 1.2, 0.8]);
+        assert!(Rounds::default().ratios().is_none(), "no reference, no ratios");
+    }
 }
