@@ -37,9 +37,11 @@ When a Python with torch is found (--python, $BENCH_PYTHON, or python3), it keep
 xtask/python/bench_reference.py running beside it and measures the same rows there (torch
 scaled_dot_product_attention, torch nn.MultiheadAttention, and the real
 keras.layers.MultiHeadAttention where tensorflow is there too) on the same threads (--threads,
-default every core the process may use), in turns with ours: each row and phase in 6 rounds of
-ours and of the references, so that a drift of the machine's speed during the run reaches both
-sides. It prints ours / fastest reference (below 1 is faster). Every row also states its floor:
+default every core the process may use), in turns with ours: the whole plan in 3 passes, each
+row and phase in 2 rounds of ours and of the references per pass, so that a drift of the
+machine's speed reaches both sides and a slow spell of one side (seen lasting several rounds)
+reaches at most a third of a row's rounds. It prints ours / fastest reference (below 1 is
+faster), and ours / fastest round by round. Every row also states its floor:
 its FLOPs over the cores' float32 FMA peak, measured in the same run, and the memory a training
 step adds to the idle process on each side. The header names the processor, the instruction set in use,
 and the matrix-product rates of ours and of torch's matmul. --isa avx2 restricts both sides to
@@ -95,13 +97,16 @@ pub struct Args {
     memory_child: Option<Vec<String>>,
 }
 
-/// Rounds per row and phase: ours and the reference take turns this many times (see [`interleaved`]).
-/// The machine's slow spells last seconds: with 3 rounds of about a second a side, one spell could
-/// fall on one side of a row and move its ratio by 0.1 (8,256,512,16x32's projected training step
-/// at 0.93 and 1.05 in two runs of the same build, AMD EPYC Zen 4); shorter turns spread it over
-/// both sides. (Not shown yet: one sweep each with 3 and 6 rounds moved as many rows above 1,
-/// docs/benchmarks.md, "Eight shapes, four sweeps".)
-const ROUNDS: usize = 6;
+/// Passes over the whole plan, and rounds per row and phase in each pass: ours and the
+/// references take turns `PASSES * ROUNDS` times per row (see [`interleaved`]), in passes minutes
+/// apart. The machine has slow spells that take one side for many seconds: in nine invocations
+/// of 8,256,512,16x32's projected training step, six rounds in a row took turns with torch, and
+/// our step ran at 122-126 ms in some and at 145-156 ms in others, for up to all six rounds of a
+/// row (torch's had such spells too), so one row's ratio read 0.91 in one invocation and 1.04 in
+/// the next (AMD EPYC Zen 4, docs/benchmarks.md). Rounds spread over three passes put a spell in
+/// at most a third of a row's samples, and each side's median is its time outside the spells.
+const PASSES: usize = 3;
+const ROUNDS: usize = 2;
 
 /// The scaling series: tokens per batch, and the sequence lengths.
 const SCALING_TOKENS: usize = 8192;
@@ -163,30 +168,47 @@ pub fn run(args: Args) -> Result<ExitCode> {
     if let Some(gflops) = library {
         limits.push(json!({ "what": "matmul", "library": "torch", "n": matmul_n, "gflops": gflops }));
     }
-    let mut rows = Vec::new();
-    for (b, &backend) in plan.backends.iter().enumerate() {
-        let device = backend.device(Default::default())?;
-        let matmul = matmul_gflops(&device, matmul_n, matmul_reps)?;
-        println!("  {backend}'s own matmul: {matmul_n}^3 {matmul:.0} GFLOP/s");
-        limits.push(json!({ "what": "matmul", "backend": backend, "n": matmul_n, "gflops": matmul }));
-        for (series, cases) in [("sweep", &plan.cases), ("scaling", &plan.scaling)] {
-            for &case in cases {
-                println!("  {backend} {series}: {} {} {} {}", case.shape, case.mask, case.model, case.call);
-                let memory = memory_child(backend, case, isa)?;
-                if let Some(reference) = reference.as_mut().filter(|_| b == 0) {
-                    reference.memory(&case)?;
-                }
-                for (phase, call, flops) in [
-                    ("forward", forward(case, &device)?, case.forward_flops()),
-                    ("train_step", train_step(case, &device)?, case.train_flops()),
-                ] {
-                    let (timing, rounds, profile) = interleaved(case, phase, call, reps, reference.as_mut())?;
-                    let floor_ms = flops / (fma_peak * 1e6);
-                    rows.push(Row { series, backend, case, phase, timing, rounds, floor_ms, memory, profile });
+    let passes = if args.quick { 1 } else { PASSES };
+    let mut measured: Vec<Measured> = Vec::new();
+    for pass in 0..passes {
+        if passes > 1 {
+            println!("pass {} of {passes}", pass + 1);
+        }
+        let mut row = 0;
+        for (b, &backend) in plan.backends.iter().enumerate() {
+            let device = backend.device(Default::default())?;
+            if pass == 0 {
+                let matmul = matmul_gflops(&device, matmul_n, matmul_reps)?;
+                println!("  {backend}'s own matmul: {matmul_n}^3 {matmul:.0} GFLOP/s");
+                limits.push(json!({ "what": "matmul", "backend": backend, "n": matmul_n, "gflops": matmul }));
+            }
+            for (series, cases) in [("sweep", &plan.cases), ("scaling", &plan.scaling)] {
+                for &case in cases {
+                    println!("  {backend} {series}: {} {} {} {}", case.shape, case.mask, case.model, case.call);
+                    let memory = match pass {
+                        0 => Some(memory_child(backend, case, isa)?),
+                        _ => None,
+                    };
+                    if let Some(reference) = reference.as_mut().filter(|_| b == 0 && pass == 0) {
+                        reference.memory(&case)?;
+                    }
+                    for (phase, call, flops) in [
+                        ("forward", forward(case, &device)?, case.forward_flops()),
+                        ("train_step", train_step(case, &device)?, case.train_flops()),
+                    ] {
+                        if let Some(memory) = memory {
+                            let floor_ms = flops / (fma_peak * 1e6);
+                            measured.push(Measured::new(series, backend, case, phase, floor_ms, memory));
+                        }
+                        let rounds = Turns { pass, passes, reps };
+                        interleaved(call, rounds, reference.as_mut(), &mut measured[row])?;
+                        row += 1;
+                    }
                 }
             }
         }
     }
+    let rows: Vec<Row> = measured.into_iter().map(Measured::into_row).collect();
     let reference = reference.map(Reference::report).transpose()?;
     if let Some(errors) = reference.as_ref().and_then(|r| r["errors"].as_array()) {
         errors.iter().for_each(|e| println!("note: reference: {}", e.as_str().unwrap_or_default()));
@@ -220,27 +242,41 @@ pub fn run(args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Times `call` in [`ROUNDS`] rounds, each followed (or, every other round, preceded) by a round
-/// of the reference's models of the same row and phase, and prints the row. The machine's speed
-/// drifts by up to 2x over minutes here; measured minutes apart, one side of a ratio could run in
-/// a slow spell and the other not (a row measured 1.34 that way ran at 0.6-0.9 of torch's time
-/// when the two were timed in turns). Taking turns every half second or so puts both sides in the
-/// same spells; all rounds' samples make one median per side.
-fn interleaved(
-    case: Case,
-    phase: &str,
-    mut call: Call,
+/// Which rounds of a row a call of [`interleaved`] takes: those of pass `pass` of `passes`, the
+/// row's repetitions split between all of them.
+#[derive(Debug, Clone, Copy)]
+struct Turns {
+    pass: usize,
+    passes: usize,
     reps: Reps,
-    mut reference: Option<&mut Reference>,
-) -> Result<(Timing, Rounds, Option<Value>)> {
-    let mut ours = Vec::new();
-    let mut theirs: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    let mut rounds = Rounds::default();
-    // Every call of ours (warm-ups too) and its wall time, for the profile.
+}
+
+impl Turns {
+    /// Round `round` of this pass: the pass's first warms up in full (the row was just built
+    /// again, on both sides), later ones make one untimed call.
+    fn reps(self, round: usize) -> Reps {
+        let mut reps = self.reps.round(self.pass * ROUNDS + round, self.passes * ROUNDS);
+        if round == 0 {
+            reps.warmup = self.reps.warmup;
+        }
+        reps
+    }
+}
+
+/// Times `call` in [`ROUNDS`] rounds, each followed (or, every other round, preceded) by a round
+/// of the reference's models of the same row and phase, adds them to `row`, and prints them. The
+/// machine's speed drifts by up to 2x over minutes here; measured minutes apart, one side of a
+/// ratio could run in a slow spell and the other not (a row measured 1.34 that way ran at
+/// 0.6-0.9 of torch's time when the two were timed in turns). Taking turns every half second or
+/// so puts both sides in the same short spells, and the passes (see [`PASSES`]) keep a long one
+/// to a third of a row's rounds; all rounds' samples make one median per side.
+fn interleaved(mut call: Call, turns: Turns, mut reference: Option<&mut Reference>, row: &mut Measured) -> Result<()> {
+    let (mut ours, mut theirs) = (Vec::new(), BTreeMap::<String, Vec<f64>>::new());
+    // Every call of ours this pass (warm-ups too) and its wall time, for the profile.
     let (mut calls, mut wall) = (0u32, Duration::ZERO);
     kernels::profile::take();
     for round in 0..ROUNDS {
-        let reps = reps.round(round, ROUNDS);
+        let reps = turns.reps(round);
         // Ours first in even rounds, the reference first in odd ones.
         for turn in [round % 2, 1 - round % 2] {
             if turn == 0 {
@@ -251,39 +287,84 @@ fn interleaved(
                     (calls, wall) = (calls + 1, wall + start.elapsed());
                     result
                 })?;
-                rounds.ours.push(median(&this_round));
+                row.rounds.ours.push(median(&this_round));
                 ours.extend(this_round);
             } else if let Some(reference) = reference.as_deref_mut() {
-                for (name, times) in reference.measure(&case, phase, reps)? {
-                    rounds.references.entry(name.clone()).or_default().push(median(&times));
+                for (name, times) in reference.measure(&row.case, row.phase, reps)? {
+                    row.rounds.references.entry(name.clone()).or_default().push(median(&times));
                     theirs.entry(name).or_default().extend(times);
                 }
             }
         }
     }
-    let timing = Timing::from_samples(ours, case.shape.batch);
-    let others: Vec<String> = theirs
-        .into_iter()
-        .map(|(name, times)| format!("{name} {:.2}", Timing::from_samples(times, 1).median_ms))
-        .collect();
+    let others: Vec<String> = theirs.iter().map(|(name, times)| format!("{name} {:.2}", median(times))).collect();
     println!(
-        "    {phase:<10} ours {:.2} ms ({} reps){}{}",
-        timing.median_ms,
-        timing.reps,
+        "    {:<10} ours {:.2} ms ({} reps){}{}",
+        row.phase,
+        median(&ours),
+        ours.len(),
         if others.is_empty() { "" } else { " | " },
         others.join(" | ")
     );
-    if let Some((name, ratios)) = rounds.ratios() {
+    if let Some((name, ratios)) = row.rounds.ratios() {
         let ratios: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
-        println!("    rounds     ours / {name}: {}", ratios.join(" "));
+        println!("    rounds     ours / {name}, every pass so far: {}", ratios.join(" "));
     }
-    let profile = kernels::profile::enabled().then(|| profile(kernels::profile::take(), calls, wall));
-    Ok((timing, rounds, profile))
+    let phases = kernels::profile::take();
+    if kernels::profile::enabled() {
+        println!("    profile    {}", profile(phases, calls, wall).1);
+    }
+    row.ours.extend(ours);
+    for (total, (_, time, count)) in row.phases.iter_mut().zip(phases) {
+        (total.1, total.2) = (total.1 + time, total.2 + count);
+    }
+    (row.calls, row.wall) = (row.calls + calls, row.wall + wall);
+    Ok(())
+}
+
+/// A row and phase while the passes measure it: what it is, and every round's samples so far.
+struct Measured {
+    series: &'static str,
+    backend: Backend,
+    case: Case,
+    phase: &'static str,
+    floor_ms: f64,
+    memory: Memory,
+    /// Our timed calls' milliseconds, all rounds.
+    ours: Vec<f64>,
+    rounds: Rounds,
+    /// The kernel phases' times over every call of ours (warm-ups too), and those calls' count
+    /// and wall time, for the profile.
+    phases: kernels::profile::Totals,
+    calls: u32,
+    wall: Duration,
+}
+
+impl Measured {
+    fn new(
+        series: &'static str,
+        backend: Backend,
+        case: Case,
+        phase: &'static str,
+        floor_ms: f64,
+        memory: Memory,
+    ) -> Self {
+        let phases = kernels::profile::Phase::ALL.map(|phase| (phase, Duration::ZERO, 0));
+        let (ours, rounds, calls, wall) = (Vec::new(), Rounds::default(), 0, Duration::ZERO);
+        Self { series, backend, case, phase, floor_ms, memory, ours, rounds, phases, calls, wall }
+    }
+
+    fn into_row(self) -> Row {
+        let profile = kernels::profile::enabled().then(|| profile(self.phases, self.calls, self.wall).0);
+        let timing = Timing::from_samples(self.ours, self.case.shape.batch);
+        let Self { series, backend, case, phase, floor_ms, memory, rounds, .. } = self;
+        Row { series, backend, case, phase, timing, rounds, floor_ms, memory, profile }
+    }
 }
 
 /// The median time of each round of a row and phase, ours and each reference's, in the JSON
 /// and printed as ratios: whether a row's ratio held in every round or came from a slow spell
-/// of one side (spells that last several rounds are seen on this machine, docs/benchmarks.md).
+/// of one side.
 #[derive(Debug, Default)]
 struct Rounds {
     ours: Vec<f64>,
@@ -310,19 +391,19 @@ fn median(ms: &[f64]) -> f64 {
 }
 
 /// Milliseconds per call (the mean over `calls` calls that took `wall`) in each kernel phase and
-/// in the rest, printed and as a row's JSON "profile".
-fn profile(phases: kernels::profile::Totals, calls: u32, wall: Duration) -> Value {
+/// in the rest: as a row's JSON "profile", and as a line to print.
+fn profile(phases: kernels::profile::Totals, calls: u32, wall: Duration) -> (Value, String) {
     let per_call = |time: Duration| time.as_secs_f64() * 1e3 / f64::from(calls.max(1));
     let mut entry = serde_json::Map::new();
-    let mut line = String::from("    profile   ");
+    let mut line = String::new();
     for (phase, time, _) in phases {
         entry.insert(format!("{}_ms", phase.name()), json!(per_call(time)));
-        line += &format!(" {} {:.2} ms |", phase.name(), per_call(time));
+        line += &format!("{} {:.2} ms | ", phase.name(), per_call(time));
     }
     let rest = wall.saturating_sub(phases.iter().map(|&(_, time, _)| time).sum());
     entry.insert("rest_ms".into(), json!(per_call(rest)));
-    println!("{line} the rest {:.2} ms (mean per call)", per_call(rest));
-    Value::Object(entry)
+    line += &format!("the rest {:.2} ms (mean per call)", per_call(rest));
+    (Value::Object(entry), line)
 }
 
 /// What one invocation measures.
