@@ -198,7 +198,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     ] {
                         if let Some(memory) = memory {
                             let floor_ms = flops / (fma_peak * 1e6);
-                            measured.push(Measured::new(series, backend, case, phase, floor_ms, memory));
+                            let samples = Samples::default();
+                            measured.push(Measured { series, backend, case, phase, floor_ms, memory, samples });
                         }
                         let rounds = Turns { pass, passes, reps };
                         interleaved(call, rounds, reference.as_mut(), &mut measured[row])?;
@@ -287,11 +288,11 @@ fn interleaved(mut call: Call, turns: Turns, mut reference: Option<&mut Referenc
                     (calls, wall) = (calls + 1, wall + start.elapsed());
                     result
                 })?;
-                row.rounds.ours.push(median(&this_round));
+                row.samples.rounds.ours.push(median(&this_round));
                 ours.extend(this_round);
             } else if let Some(reference) = reference.as_deref_mut() {
                 for (name, times) in reference.measure(&row.case, row.phase, reps)? {
-                    row.rounds.references.entry(name.clone()).or_default().push(median(&times));
+                    row.samples.rounds.references.entry(name.clone()).or_default().push(median(&times));
                     theirs.entry(name).or_default().extend(times);
                 }
             }
@@ -306,7 +307,7 @@ fn interleaved(mut call: Call, turns: Turns, mut reference: Option<&mut Referenc
         if others.is_empty() { "" } else { " | " },
         others.join(" | ")
     );
-    if let Some((name, ratios)) = row.rounds.ratios() {
+    if let Some((name, ratios)) = row.samples.rounds.ratios() {
         let ratios: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
         println!("    rounds     ours / {name}, every pass so far: {}", ratios.join(" "));
     }
@@ -314,15 +315,15 @@ fn interleaved(mut call: Call, turns: Turns, mut reference: Option<&mut Referenc
     if kernels::profile::enabled() {
         println!("    profile    {}", profile(phases, calls, wall).1);
     }
-    row.ours.extend(ours);
-    for (total, (_, time, count)) in row.phases.iter_mut().zip(phases) {
+    row.samples.ours.extend(ours);
+    for (total, (_, time, count)) in row.samples.phases.iter_mut().zip(phases) {
         (total.1, total.2) = (total.1 + time, total.2 + count);
     }
-    (row.calls, row.wall) = (row.calls + calls, row.wall + wall);
+    (row.samples.calls, row.samples.wall) = (row.samples.calls + calls, row.samples.wall + wall);
     Ok(())
 }
 
-/// A row and phase while the passes measure it: what it is, and every round's samples so far.
+/// A row and phase while the passes measure it: what it is, and its samples so far.
 struct Measured {
     series: &'static str,
     backend: Backend,
@@ -330,6 +331,11 @@ struct Measured {
     phase: &'static str,
     floor_ms: f64,
     memory: Memory,
+    samples: Samples,
+}
+
+/// Every round's samples of a row and phase so far.
+struct Samples {
     /// Our timed calls' milliseconds, all rounds.
     ours: Vec<f64>,
     rounds: Rounds,
@@ -340,25 +346,19 @@ struct Measured {
     wall: Duration,
 }
 
-impl Measured {
-    fn new(
-        series: &'static str,
-        backend: Backend,
-        case: Case,
-        phase: &'static str,
-        floor_ms: f64,
-        memory: Memory,
-    ) -> Self {
+impl Default for Samples {
+    fn default() -> Self {
         let phases = kernels::profile::Phase::ALL.map(|phase| (phase, Duration::ZERO, 0));
-        let (ours, rounds, calls, wall) = (Vec::new(), Rounds::default(), 0, Duration::ZERO);
-        Self { series, backend, case, phase, floor_ms, memory, ours, rounds, phases, calls, wall }
+        Self { ours: Vec::new(), rounds: Rounds::default(), phases, calls: 0, wall: Duration::ZERO }
     }
+}
 
+impl Measured {
     fn into_row(self) -> Row {
-        let profile = kernels::profile::enabled().then(|| profile(self.phases, self.calls, self.wall).0);
-        let timing = Timing::from_samples(self.ours, self.case.shape.batch);
-        let Self { series, backend, case, phase, floor_ms, memory, rounds, .. } = self;
-        Row { series, backend, case, phase, timing, rounds, floor_ms, memory, profile }
+        let Self { series, backend, case, phase, floor_ms, memory, samples } = self;
+        let profile = kernels::profile::enabled().then(|| profile(samples.phases, samples.calls, samples.wall).0);
+        let timing = Timing::from_samples(samples.ours, case.shape.batch);
+        Row { series, backend, case, phase, timing, rounds: samples.rounds, floor_ms, memory, profile }
     }
 }
 
