@@ -351,8 +351,9 @@ class Reference:
 
     A row may be measured in several rounds (`measure` called again with the same row and phase):
     `cargo xtask bench` alternates rounds of ours and of these, so that a change in the machine's
-    speed during the run reaches both sides of a ratio alike. The samples of all rounds make one
-    result.
+    speed during the run reaches both sides of a ratio alike, and comes back to the row in later
+    passes, after the other rows (its models are then built again). The samples of all rounds of
+    all passes, kept by row, make one result.
     """
 
     def __init__(self, torch, tf, keras, threads):
