@@ -15,7 +15,7 @@ use model::Backend;
 use serde_json::{Value, json};
 use train::bench::peak::{Processor, fma_peak_gflops, gemm_gflops, matmul_gflops};
 use train::bench::{
-    Call, CallKind, Case, MaskKind, Memory, Reps, Shape, Timing, forward, parameters, step_memory, time_into,
+    Call, CallKind, Case, MaskKind, Memory, Reps, Shape, Timing, forward, median, parameters, step_memory, time_into,
     train_step,
 };
 use train::models::ModelKind;
@@ -201,8 +201,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
                             let samples = Samples::default();
                             measured.push(Measured { series, backend, case, phase, floor_ms, memory, samples });
                         }
-                        let rounds = Turns { pass, passes, reps };
-                        interleaved(call, rounds, reference.as_mut(), &mut measured[row])?;
+                        let turns = Turns { pass, passes, reps };
+                        interleaved(call, turns, reference.as_mut(), &mut measured[row])?;
                         row += 1;
                     }
                 }
@@ -376,17 +376,6 @@ impl Rounds {
     fn ratios(&self) -> Option<(&str, Vec<f64>)> {
         let (name, theirs) = self.references.iter().min_by(|a, b| median(a.1).total_cmp(&median(b.1)))?;
         Some((name, self.ours.iter().zip(theirs).map(|(ours, theirs)| ours / theirs).collect()))
-    }
-}
-
-/// The median of `ms` (the mean of the middle two for an even count).
-fn median(ms: &[f64]) -> f64 {
-    let mut sorted = ms.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    match sorted.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => sorted[n / 2],
-        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
     }
 }
 
@@ -665,13 +654,6 @@ fn memory_child(backend: Backend, case: Case, isa: Isa) -> Result<Memory> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn medians_of_odd_and_even_counts() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert!(median(&[]).is_nan());
-    }
 
     #[test]
     fn rounds_are_compared_with_the_reference_of_the_lowest_median_round() {

@@ -35,7 +35,7 @@ impl Timing {
     pub fn from_samples(mut ms: Vec<f64>, batch: usize) -> Self {
         ms.sort_by(f64::total_cmp);
         let at = |q: f64| ms[((ms.len() - 1) as f64 * q).round() as usize];
-        let median = at(0.5);
+        let median = median(&ms);
         Self {
             median_ms: median,
             p10_ms: at(0.1),
@@ -44,6 +44,14 @@ impl Timing {
             samples_per_s: batch as f64 * 1000.0 / median,
         }
     }
+}
+
+/// The median of `ms` as every timing here takes it: the sample at rank `len / 2` of the sorted
+/// samples (the upper of the two middle ones for an even count); NaN for no samples.
+pub fn median(ms: &[f64]) -> f64 {
+    let mut sorted = ms.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// Repetitions of a measurement: `warmup` untimed calls (stopping early once `budget / 2` is
@@ -188,6 +196,16 @@ pub fn parameters(case: Case) -> Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_median_is_the_sample_at_the_middle_rank_as_in_the_timings() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 3.0);
+        assert!(median(&[]).is_nan());
+        for samples in [vec![5.0, 1.0, 4.0, 2.0, 3.0, 6.0], vec![9.0, 7.0, 8.0]] {
+            assert_eq!(Timing::from_samples(samples.clone(), 1).median_ms, median(&samples));
+        }
+    }
 
     #[test]
     fn rounds_split_the_timed_calls_and_warm_up_once() {
