@@ -38,7 +38,9 @@ pub use bias::FloatBias;
 pub use dims::{Dims, FullyMaskedRows};
 pub use dropout::KeepMask;
 pub use mask::BoolMask;
-pub use ops::{FusedCall, fused_attention, fused_attention_with_probs, linear_forward, supports};
+pub use ops::{
+    FusedCall, LinearPair, fused_attention, fused_attention_with_probs, linear_after, linear_forward, supports,
+};
 pub use simd::{Isa, IsaError};
 pub use tuning::Tuning;
 

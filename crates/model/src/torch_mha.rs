@@ -26,7 +26,7 @@ use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Initializer, Linear};
 use burn::tensor::{Bool, Device, Tensor};
-use kernels::linear_forward;
+use kernels::{linear_after, linear_forward};
 
 use crate::attention::{AttentionCall, AttentionPath, FullyMaskedRows, Probs, merge_heads, probs_dropout, split_heads};
 use crate::dense::{linear, linear_weights};
@@ -380,6 +380,17 @@ pub struct TorchMhaOutput {
     pub attn_weights: Option<AttnWeights>,
 }
 
+/// Dense layers of the caller's on either side of the attention. `before` made the query, key
+/// and value: all three are `before`'s output for its input (self-attention after a
+/// projection). `after` reads the attention's output. Each such pair of layers runs as one
+/// ([`kernels::linear_after`]), whose backward pass takes the cheaper order of products.
+#[derive(Default)]
+pub(crate) struct Neighbours<'a> {
+    /// The layer and its input `[B, T, in]` (in the attention's batch order).
+    pub before: Option<(&'a Linear, Tensor<3>)>,
+    pub after: Option<&'a Linear>,
+}
+
 impl TorchMha {
     /// The call `mha(query, key, value, key_padding_mask, need_weights, attn_mask,
     /// average_attn_weights)`.
@@ -392,24 +403,44 @@ impl TorchMha {
     /// gives fully blocked rows zero attention); everything else the decomposed path of
     /// [`TorchMha::forward_exact`].
     pub fn forward(&self, input: TorchMhaInput) -> Result<TorchMhaOutput> {
-        self.forward_path(input.with_causal_hint()?, None)
+        self.forward_path(input.with_causal_hint()?, None, Neighbours::default()).map(|(output, _)| output)
     }
 
     /// The decomposed reference path, for any call.
     pub fn forward_exact(&self, input: TorchMhaInput) -> Result<TorchMhaOutput> {
-        self.forward_path(input.with_causal_hint()?, Some(AttentionPath::Exact))
+        self.forward_path(input.with_causal_hint()?, Some(AttentionPath::Exact), Neighbours::default())
+            .map(|(output, _)| output)
+    }
+
+    /// The call with the caller's dense layers on either side (see [`Neighbours`]): the output,
+    /// and `after`'s output when there is an `after`.
+    pub(crate) fn forward_between(
+        &self,
+        input: TorchMhaInput,
+        neighbours: Neighbours,
+    ) -> Result<(TorchMhaOutput, Option<Tensor<3>>)> {
+        self.forward_path(input.with_causal_hint()?, None, neighbours)
     }
 
     /// The call on `path` (`None`: the fastest for it).
-    fn forward_path(&self, input: TorchMhaInput, path: Option<AttentionPath>) -> Result<TorchMhaOutput> {
+    fn forward_path(
+        &self,
+        input: TorchMhaInput,
+        path: Option<AttentionPath>,
+        neighbours: Neighbours,
+    ) -> Result<(TorchMhaOutput, Option<Tensor<3>>)> {
         let time_first = |x: Tensor<3>| if self.batch_first { x } else { x.swap_dims(0, 1) };
         let (query, key, value) = (time_first(input.query), time_first(input.key), time_first(input.value)); // [B, L, *]
         let (batch, query_len, source_len) = self.check_shapes(&query, &key, &value)?;
         let h = self.num_heads;
         let e = self.embed_dim();
 
-        let q = split_heads(linear_forward(&self.query, query), h); // [B, T, h, E/h]
-        let (k, v) = (linear_forward(&self.key, key), linear_forward(&self.value, value)); // [B, S, E]
+        let project = |layer: &Linear, input: Tensor<3>| match &neighbours.before {
+            Some((before, x)) => linear_after(before, layer, time_first(x.clone()), input),
+            None => linear_forward(layer, input),
+        };
+        let q = split_heads(project(&self.query, query), h); // [B, T, h, E/h]
+        let (k, v) = (project(&self.key, key), project(&self.value, value)); // [B, S, E]
         let (mut key_padding_mask, mut attn_mask) = (input.key_padding_mask, input.attn_mask);
         let (k, v, source_len) = match (&self.bias_k, &self.bias_v) {
             (Some(bias_k), Some(bias_v)) => {
@@ -451,8 +482,11 @@ impl TorchMha {
         };
         let (context, probs) = call.run(path); // [B, T, h, E/h], [B, h, T, S]
         let attn_weights = probs.map(|probs| AttnWeights::of(probs, input.average_attn_weights));
-        let output = time_first(linear_forward(&self.output, merge_heads(context))); // [B, T, E]
-        Ok(TorchMhaOutput { output, attn_weights })
+        let context = merge_heads(context); // [B, T, E]
+        let output = linear_forward(&self.output, context.clone()); // [B, T, E]
+        let after =
+            neighbours.after.map(|after| time_first(linear_after(&self.output, after, context, output.clone()))); // [B, T, out]
+        Ok((TorchMhaOutput { output: time_first(output), attn_weights }, after))
     }
 
     fn check_shapes(&self, query: &Tensor<3>, key: &Tensor<3>, value: &Tensor<3>) -> Result<(usize, usize, usize)> {

@@ -10,4 +10,4 @@ pub mod host;
 pub mod linear;
 
 pub use attention::{FusedCall, fused_attention, fused_attention_with_probs, supports};
-pub use linear::linear_forward;
+pub use linear::{LinearPair, linear_after, linear_forward};

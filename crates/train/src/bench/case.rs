@@ -202,7 +202,10 @@ impl Case {
         attention + projections
     }
 
-    /// FLOPs of a training step: the backward pass costs twice the forward.
+    /// FLOPs of a training step as the layers compute it one by one, the backward pass at twice
+    /// the forward: the same count for both sides of a row. The projected model's pairs of layers
+    /// in a row ([`kernels::linear_after`]) do fewer where the rows outnumber the widths, so its
+    /// step can come closer to this floor than the products alone would allow.
     pub fn train_flops(&self) -> f64 {
         3.0 * self.forward_flops()
     }
