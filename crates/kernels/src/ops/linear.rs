@@ -53,47 +53,37 @@ pub trait FusedLinearBackend: Backend {
     ) -> FloatTensor<Self>;
 }
 
-impl FusedLinearBackend for Flex {
-    fn fused_matmul(x: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
-        host_linear::<Self>(x, weight, None).0
-    }
+/// The operations on a host-memory backend's own tensors, with no backward pass to record.
+macro_rules! host_linear_ops {
+    ($($backend:ty),*) => {$(
+        impl FusedLinearBackend for $backend {
+            fn fused_matmul(x: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
+                host_linear::<Self>(x, weight, None).0
+            }
 
-    fn fused_linear(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
-        host_linear::<Self>(x, weight, Some(bias)).0
-    }
+            fn fused_linear(
+                x: FloatTensor<Self>,
+                weight: FloatTensor<Self>,
+                bias: FloatTensor<Self>,
+            ) -> FloatTensor<Self> {
+                host_linear::<Self>(x, weight, Some(bias)).0
+            }
 
-    fn fused_linear_after(
-        _x: FloatTensor<Self>,
-        z: FloatTensor<Self>,
-        _first_weight: FloatTensor<Self>,
-        _first_bias: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        bias: FloatTensor<Self>,
-    ) -> FloatTensor<Self> {
-        host_linear::<Self>(z, weight, Some(bias)).0
-    }
+            fn fused_linear_after(
+                _x: FloatTensor<Self>,
+                z: FloatTensor<Self>,
+                _first_weight: FloatTensor<Self>,
+                _first_bias: FloatTensor<Self>,
+                weight: FloatTensor<Self>,
+                bias: FloatTensor<Self>,
+            ) -> FloatTensor<Self> {
+                host_linear::<Self>(z, weight, Some(bias)).0
+            }
+        }
+    )*};
 }
 
-impl FusedLinearBackend for NdArray {
-    fn fused_matmul(x: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
-        host_linear::<Self>(x, weight, None).0
-    }
-
-    fn fused_linear(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
-        host_linear::<Self>(x, weight, Some(bias)).0
-    }
-
-    fn fused_linear_after(
-        _x: FloatTensor<Self>,
-        z: FloatTensor<Self>,
-        _first_weight: FloatTensor<Self>,
-        _first_bias: FloatTensor<Self>,
-        weight: FloatTensor<Self>,
-        bias: FloatTensor<Self>,
-    ) -> FloatTensor<Self> {
-        host_linear::<Self>(z, weight, Some(bias)).0
-    }
-}
+host_linear_ops!(Flex, NdArray);
 
 impl<B: HostBackend, C: CheckpointStrategy> FusedLinearBackend for Autodiff<B, C> {
     fn fused_matmul(x: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
