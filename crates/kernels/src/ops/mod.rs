@@ -3,7 +3,8 @@
 //!
 //! * [`host`]: the CPU backends' tensors as float32 slices, read in place on flex;
 //! * [`attention`]: fused attention, forward and backward;
-//! * [`linear`]: the dense layers' `x W + b`, forward and backward.
+//! * [`linear`]: the dense layers' `x W + b`, forward and backward, and two of them in a row
+//!   with the cheaper backward pass of a pair.
 
 pub mod attention;
 pub mod host;
