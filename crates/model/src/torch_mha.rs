@@ -435,8 +435,9 @@ impl TorchMha {
         let h = self.num_heads;
         let e = self.embed_dim();
 
-        let project = |layer: &Linear, input: Tensor<3>| match &neighbours.before {
-            Some((before, x)) => linear_after(before, layer, time_first(x.clone()), input),
+        let before = neighbours.before.map(|(layer, x)| (layer, time_first(x))); // x [B, T, in]
+        let project = |layer: &Linear, input: Tensor<3>| match &before {
+            Some((before, x)) => linear_after(before, layer, x.clone(), input),
             None => linear_forward(layer, input),
         };
         let q = split_heads(project(&self.query, query), h); // [B, T, h, E/h]
