@@ -11,7 +11,8 @@
 //! the debug binary runs the kernel as a release build does, without a release build of Burn.
 //! Arguments: the shape `B,T,H,K` (self-attention, value width K; default the seed's), the pass
 //! (`forward` or `backward`, default `forward`) and the seconds to run (default 5).
-//! `KERNELS_ISA`, `KERNELS_STEP` and `KERNELS_SPLIT_SUMS` apply as everywhere.
+//! `KERNELS_ISA`, `KERNELS_STEP`, `KERNELS_SPLIT_SUMS` and `KERNELS_TILES` apply as everywhere; the
+//! tiles walked together that the measurement chose are printed at the end.
 
 mod common;
 
@@ -50,5 +51,8 @@ fn main() -> Result<(), String> {
         }
     });
     println!("{shape} {pass}: median {median:.3} ms over {calls} calls");
+    for choice in kernels::tuning::tile_choices() {
+        println!("tiles walked together: {choice:?}");
+    }
     Ok(())
 }

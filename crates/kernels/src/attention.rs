@@ -26,7 +26,8 @@
 //! and `dq`, keys for `dk` and `dv`. Every sum then runs inside a lane, no step needs a horizontal
 //! reduction, and the two register-blocked products of [`tile`] run at the FMA units' rate for
 //! any feature width. The work is split into tiles of 16 rows (or keys) over every (batch, head)
-//! pair and run on rayon's pool; tiles the mask blocks entirely are skipped (half of a causal
+//! pair, walked one at a time or two together ([`Tiles`], measured per class of calls), and run
+//! on rayon's pool; tiles the mask blocks entirely are skipped (half of a causal
 //! call). Tensors come and go in the projections' own layout, `[B, L, h, d]` (heads last), so no
 //! transpose is materialised around the kernel. The kernels are compiled for AVX-512, AVX2 + FMA
 //! and the baseline, and the best one the CPU has is picked at run time.
@@ -40,11 +41,23 @@ use crate::on_pool;
 use crate::profile::Phase;
 use crate::simd::{Isa, LANES, Lanes, Level, Portable, Vector, exp_nonpositive, lanes};
 use crate::tile::{lane_accumulate, lane_dots, lane_max};
-use crate::tuning::{self, Tuning};
+use crate::tuning::{self, Pass, Tiles, Tuning};
 
 /// Calls `$f::<V, NR>(args)` compiled for `$isa`: its vectors `V` and `NR` accumulator vectors
-/// (as many as its registers hold beside the operands).
+/// (as many as its registers hold beside the operands). The tiles' form, `$f::<T>(args)`, calls
+/// `$f::<V, NR, NP, T>` for `T` tiles walked together, with `NP` rows (or features) a group
+/// when they are two.
 macro_rules! dispatch {
+    ($isa:expr, $f:ident::<$tiles:literal>($($arg:expr),*)) => {
+        match Isa::level($isa) {
+            Level::Portable => $f::<Portable, 2, 2, $tiles>($($arg),*),
+            // SAFETY: as below.
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx2 => unsafe { compiled::avx2::$f::<$tiles>($($arg),*) },
+            #[cfg(target_arch = "x86_64")]
+            Level::Avx512 => unsafe { compiled::avx512::$f::<$tiles>($($arg),*) },
+        }
+    };
     ($isa:expr, $f:ident($($arg:expr),*)) => {
         match Isa::level($isa) {
             Level::Portable => $f::<Portable, 2>($($arg),*),
@@ -62,24 +75,24 @@ macro_rules! dispatch {
 #[cfg(target_arch = "x86_64")]
 mod compiled {
     macro_rules! variant {
-        ($name:ident, $features:literal, $vector:ident, $nr:literal) => {
+        ($name:ident, $features:literal, $vector:ident, $nr:literal, $np:literal) => {
             pub mod $name {
                 use super::super::*;
                 use crate::simd::$vector;
 
                 #[target_feature(enable = $features)]
-                pub unsafe fn forward_tile(job: ForwardTile, scratch: &mut Scratch) {
-                    super::super::forward_tile::<$vector, $nr>(job, scratch)
+                pub unsafe fn forward_tile<const T: usize>(job: ForwardTile<T>, scratch: &mut Scratch) {
+                    super::super::forward_tile::<$vector, $nr, $np, T>(job, scratch)
                 }
 
                 #[target_feature(enable = $features)]
-                pub unsafe fn key_value_tile(job: KeyValueTile, scratch: &mut Scratch) {
-                    super::super::key_value_tile::<$vector, $nr>(job, scratch)
+                pub unsafe fn key_value_tile<const T: usize>(job: KeyValueTile<T>, scratch: &mut Scratch) {
+                    super::super::key_value_tile::<$vector, $nr, $np, T>(job, scratch)
                 }
 
                 #[target_feature(enable = $features)]
-                pub unsafe fn query_tile(job: QueryTile, scratch: &mut Scratch) {
-                    super::super::query_tile::<$vector, $nr>(job, scratch)
+                pub unsafe fn query_tile<const T: usize>(job: QueryTile<T>, scratch: &mut Scratch) {
+                    super::super::query_tile::<$vector, $nr, $np, T>(job, scratch)
                 }
 
                 #[target_feature(enable = $features)]
@@ -107,8 +120,11 @@ mod compiled {
             }
         };
     }
-    variant!(avx512, "avx512f,avx2,fma", Avx512, 8);
-    variant!(avx2, "avx2,fma", Avx2, 6);
+    // Two tiles of AVX-512 keep 2 x 8 sums in its 32 registers. AVX2's 16 registers hold 2 x 2
+    // sums of two halves: an AVX2 vector already feeds each broadcast to two multiply-adds, so
+    // two tiles save it no loads, and its measurement runs one tile only (`tiles_to_measure`).
+    variant!(avx512, "avx512f,avx2,fma", Avx512, 8, 8);
+    variant!(avx2, "avx2,fma", Avx2, 6, 2);
 }
 
 /// What the forward pass leaves for the backward pass: its inputs in the kernel's layouts and
@@ -147,8 +163,12 @@ pub struct Gradients {
 /// `[B, S, h, dk]`, `value`: `[B, S, h, dv]`. Returns the output `[B, T, h, dv]` and what the
 /// backward pass needs.
 pub fn forward(query: &[f32], key: &[f32], value: &[f32], dims: Dims, scale: f32, mask: Mask) -> (Vec<f32>, Forward) {
-    let (output, saved, _) =
-        on_pool(Phase::AttentionForward, || forward_with(Isa::best(), query, key, value, dims, scale, mask, false));
+    let isa = Isa::best();
+    let (output, saved, _) = on_pool(Phase::AttentionForward, || {
+        tuning::with_tiles(Pass::Forward, isa, dims, mask.causal, |tiles| {
+            forward_with(isa, tiles, query, key, value, dims, scale, mask, false)
+        })
+    });
     (output, saved)
 }
 
@@ -162,14 +182,19 @@ pub fn forward_with_probs(
     scale: f32,
     mask: Mask,
 ) -> (Vec<f32>, Vec<f32>) {
-    let (output, _, probs) =
-        on_pool(Phase::AttentionForward, || forward_with(Isa::best(), query, key, value, dims, scale, mask, true));
+    let isa = Isa::best();
+    let (output, _, probs) = on_pool(Phase::AttentionForward, || {
+        tuning::with_tiles(Pass::ForwardWithProbs, isa, dims, mask.causal, |tiles| {
+            forward_with(isa, tiles, query, key, value, dims, scale, mask, true)
+        })
+    });
     (output, probs.expect("asked for"))
 }
 
 #[allow(clippy::too_many_arguments)]
 fn forward_with(
     isa: Isa,
+    tiles: Tiles,
     query: &[f32],
     key: &[f32],
     value: &[f32],
@@ -208,30 +233,42 @@ fn forward_with(
         _ => (0..pairs * row_blocks).map(|_| None).collect(),
     };
     if !dims.is_empty() {
+        // Per pair, its tiles of 16 rows in groups of `tiles.count()` walked together.
+        let group = tiles.count();
         output
-            .par_chunks_mut(LANES * wv)
-            .zip(row_max.par_chunks_mut(LANES))
-            .zip(inv_row_sum.par_chunks_mut(LANES))
-            .zip(probs_tiles.par_iter_mut())
+            .par_chunks_mut(padded_t * wv)
+            .zip(row_max.par_chunks_mut(padded_t))
+            .zip(inv_row_sum.par_chunks_mut(padded_t))
+            .zip(probs_tiles.par_chunks_mut(row_blocks))
             .enumerate()
-            .with_min_len(4)
+            .flat_map(|(pair, (((output, row_max), inv_row_sum), probs))| {
+                output
+                    .par_chunks_mut(group * LANES * wv)
+                    .zip(row_max.par_chunks_mut(group * LANES))
+                    .zip(inv_row_sum.par_chunks_mut(group * LANES))
+                    .zip(probs.par_chunks_mut(group))
+                    .enumerate()
+                    .map(move |(g, outputs)| (pair, g * group, outputs))
+            })
             .for_each_init(
                 || Scratch::new(dims, isa),
-                |scratch, (tile, (((output, row_max), inv_row_sum), probs))| {
-                    let (pair, block) = (tile / row_blocks, tile % row_blocks);
-                    let job = ForwardTile {
-                        query_t: &query_t[tile * wk..][..wk],
+                |scratch, (pair, first_block, (((output, row_max), inv_row_sum), probs))| {
+                    let inputs = ForwardInputs {
+                        dims,
+                        query_t: &query_t[(pair * row_blocks + first_block) * wk..][..probs.len() * wk],
                         key_rows: &key_rows[pair * padded_s * wk..][..padded_s * wk],
                         value_rows: &value_rows[pair * padded_s * wv..][..padded_s * wv],
-                        mask: mask.row_block(&dims, pair, block),
-                        rows: mask.rows,
-                        source_len,
-                        output,
-                        row_max,
-                        inv_row_sum,
-                        probs: probs.take(),
+                        mask: &mask,
+                        pair,
+                        first_block,
                     };
-                    dispatch!(isa, forward_tile(job, scratch));
+                    let blocks = probs.len();
+                    let outputs = (output, row_max, inv_row_sum, probs);
+                    if blocks == 2 {
+                        dispatch!(isa, forward_tile::<2>(inputs.job(outputs), scratch));
+                    } else {
+                        dispatch!(isa, forward_tile::<1>(inputs.job(outputs), scratch));
+                    }
                 },
             );
     } else {
@@ -246,12 +283,17 @@ fn forward_with(
 /// The gradients of `Σ output · output_grad` with respect to the forward pass's query, key and
 /// value. `output_grad`: `[B, T, h, dv]`.
 pub fn backward(saved: &Forward, output_grad: &[f32]) -> Gradients {
-    on_pool(Phase::AttentionBackward, || backward_with(Isa::best(), saved, output_grad, fuse_query_grads(saved.dims)))
+    let (isa, dims) = (Isa::best(), saved.dims);
+    on_pool(Phase::AttentionBackward, || {
+        tuning::with_tiles(Pass::Backward, isa, dims, saved.mask.causal, |tiles| {
+            backward_with(isa, tiles, saved, output_grad, fuse_query_grads(dims))
+        })
+    })
 }
 
 /// With `fused_dq`, `dq` is accumulated during the key-block walk ([`fuse_query_grads`]), else
 /// by a pass of its own.
-fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool) -> Gradients {
+fn backward_with(isa: Isa, tiles: Tiles, saved: &Forward, output_grad: &[f32], fused_dq: bool) -> Gradients {
     let dims = saved.dims;
     let Dims { query_len, source_len, key_dim, value_dim, .. } = dims;
     let pairs = dims.pairs();
@@ -296,8 +338,10 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool)
             uniform_grad: uniform_grad.as_deref(),
             mask: &saved.mask,
         };
+        // Per pair, its tiles of 16 keys (or query rows) in groups of `tiles.count()`.
+        let group = tiles.count();
         if fused_dq {
-            // One task per pair walks its key blocks in order, adding each block's dq.
+            // One task per pair walks its key blocks in order, adding each group's dq.
             key_grad
                 .par_chunks_mut(padded_s * key_dim)
                 .zip(value_grad.par_chunks_mut(padded_s * value_dim))
@@ -306,10 +350,12 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool)
                 .for_each_init(
                     || Scratch::new(dims, isa),
                     |scratch, (pair, ((key_grad, value_grad), query_grad))| {
-                        let blocks = key_grad.chunks_mut(LANES * key_dim).zip(value_grad.chunks_mut(LANES * value_dim));
-                        for (block, (key_grad, value_grad)) in blocks.enumerate() {
-                            let job = inputs.tile(pair, block, key_grad, value_grad, Some(&mut *query_grad));
-                            dispatch!(isa, key_value_tile(job, scratch));
+                        let groups = key_grad
+                            .chunks_mut(group * LANES * key_dim)
+                            .zip(value_grad.chunks_mut(group * LANES * value_dim));
+                        for (g, (key_grad, value_grad)) in groups.enumerate() {
+                            let outputs = (key_grad, value_grad, Some(&mut *query_grad));
+                            inputs.run(isa, pair, g * group, outputs, scratch);
                         }
                         // d(q̃)/dq = scale.
                         query_grad.iter_mut().for_each(|dq| *dq = lanes(|i| dq[i] * saved.scale));
@@ -318,40 +364,42 @@ fn backward_with(isa: Isa, saved: &Forward, output_grad: &[f32], fused_dq: bool)
             rows_from_lanes(isa, &query_grad_t, wk, &mut query_grad);
         } else {
             key_grad
-                .par_chunks_mut(LANES * key_dim)
-                .zip(value_grad.par_chunks_mut(LANES * value_dim))
+                .par_chunks_mut(padded_s * key_dim)
+                .zip(value_grad.par_chunks_mut(padded_s * value_dim))
                 .enumerate()
-                .with_min_len(4)
+                .flat_map(|(pair, (key_grad, value_grad))| {
+                    key_grad
+                        .par_chunks_mut(group * LANES * key_dim)
+                        .zip(value_grad.par_chunks_mut(group * LANES * value_dim))
+                        .enumerate()
+                        .map(move |(g, grads)| (pair, g * group, grads))
+                })
                 .for_each_init(
                     || Scratch::new(dims, isa),
-                    |scratch, (tile, (key_grad, value_grad))| {
-                        let job = inputs.tile(tile / key_blocks, tile % key_blocks, key_grad, value_grad, None);
-                        dispatch!(isa, key_value_tile(job, scratch));
+                    |scratch, (pair, first_block, (key_grad, value_grad))| {
+                        inputs.run(isa, pair, first_block, (key_grad, value_grad, None), scratch);
                     },
                 );
             // dq by a pass of its own, 16 query rows at a time.
             let mut grad_t = Buffer::overwritten(pairs * row_blocks * wv); // [pairs, Tb, Wv] lanes
             lanes_from_rows(isa, &grad_rows, wv, &mut grad_t);
-            query_grad.par_chunks_mut(LANES * wk).enumerate().with_min_len(4).for_each_init(
-                || Scratch::new(dims, isa),
-                |scratch, (tile, query_grad)| {
-                    let (pair, block) = (tile / row_blocks, tile % row_blocks);
-                    let rows = pair * padded_t + block * LANES;
-                    let job = QueryTile {
-                        query_t: &saved.query_t[tile * wk..][..wk],
-                        grad_t: &grad_t[tile * wv..][..wv],
-                        key_rows: &saved.key_rows[pair * padded_s * wk..][..padded_s * wk],
-                        value_rows: &saved.value_rows[pair * padded_s * wv..][..padded_s * wv],
-                        row_max: saved.row_max[rows..][..LANES].try_into().expect("16 rows"),
-                        inv_row_sum: saved.inv_row_sum[rows..][..LANES].try_into().expect("16 rows"),
-                        row_dot: row_dot[rows..][..LANES].try_into().expect("16 rows"),
-                        mask: saved.mask.row_block(&dims, pair, block),
-                        scale: saved.scale,
-                        query_grad,
-                    };
-                    dispatch!(isa, query_tile(job, scratch));
-                },
-            );
+            let query_inputs = QueryInputs { saved, grad_t: &grad_t, row_dot: &row_dot };
+            query_grad
+                .par_chunks_mut(padded_t * wk)
+                .enumerate()
+                .flat_map(|(pair, query_grad)| {
+                    query_grad.par_chunks_mut(group * LANES * wk).enumerate().map(move |(g, dq)| (pair, g * group, dq))
+                })
+                .for_each_init(
+                    || Scratch::new(dims, isa),
+                    |scratch, (pair, first_block, query_grad)| {
+                        if query_grad.len() == 2 * LANES * wk {
+                            dispatch!(isa, query_tile::<2>(query_inputs.job(pair, first_block, query_grad), scratch));
+                        } else {
+                            dispatch!(isa, query_tile::<1>(query_inputs.job(pair, first_block, query_grad), scratch));
+                        }
+                    },
+                );
         }
     } else {
         [&mut query_grad, &mut key_grad, &mut value_grad].into_iter().for_each(|buffer| buffer.fill(0.0));
@@ -407,19 +455,24 @@ fn split_sums(isa: Isa) -> bool {
 }
 
 /// Per-task buffers, reused across the tiles a task runs.
+/// The most tiles a task walks together ([`Tiles`]).
+const MAX_TILES: usize = 2;
+
+/// Per-task buffers, reused across the tiles a task runs: [`MAX_TILES`] equal parts each, one
+/// for each tile walked together ([`per_tile`]).
 pub struct Scratch {
-    /// Keys (or query rows) per step of a tile's walk ([`Tuning::step`]).
+    /// Keys (or query rows) per step of one tile's walk ([`Tuning::step`]).
     step: usize,
     /// Whether [`lane_accumulate`] splits narrow groups of features ([`split_sums`]).
     split_sums: bool,
-    /// `[step]`: one step's scores (then probabilities, or their gradients).
+    /// `[step]` each: one step's scores (then probabilities, or their gradients).
     scores: Vec<Lanes>,
-    /// `[step]`: one step's `dp` (then `ds`).
+    /// `[step]` each: one step's `dp` (then `ds`).
     grads: Vec<Lanes>,
-    /// `[step]`: one step's mask bits, and its dropout keep bits.
+    /// `[step]` each: one step's mask bits, and its dropout keep bits.
     bits: Vec<u16>,
     keep: Vec<u16>,
-    /// `[max(Wk, Wv)]` x 2: accumulators of the tile's outputs.
+    /// `[max(Wk, Wv)]` each, twice: accumulators of the tiles' outputs.
     first: Vec<Lanes>,
     second: Vec<Lanes>,
 }
@@ -431,107 +484,190 @@ impl Scratch {
         Self {
             step,
             split_sums: split_sums(isa),
-            scores: vec![[0.0; LANES]; step],
-            grads: vec![[0.0; LANES]; step],
-            bits: vec![FULL; step],
-            keep: vec![FULL; step],
-            first: vec![[0.0; LANES]; width],
-            second: vec![[0.0; LANES]; width],
+            scores: vec![[0.0; LANES]; MAX_TILES * step],
+            grads: vec![[0.0; LANES]; MAX_TILES * step],
+            bits: vec![FULL; MAX_TILES * step],
+            keep: vec![FULL; MAX_TILES * step],
+            first: vec![[0.0; LANES]; MAX_TILES * width],
+            second: vec![[0.0; LANES]; MAX_TILES * width],
+        }
+    }
+
+    /// The step of `tiles` tiles walked together: one tile's share of the L1 budget each (a
+    /// multiple of 16, at most [`Scratch::step`]).
+    fn step_of(&self, tiles: usize) -> usize {
+        (self.step / tiles).next_multiple_of(LANES)
+    }
+}
+
+/// What the forward tiles of one group read, and where the group is.
+struct ForwardInputs<'a> {
+    dims: Dims,
+    /// `[blocks, Wk]` lanes: the group's query tiles.
+    query_t: &'a [Lanes],
+    /// `[S', Wk]`, `[S', Wv]`: the pair's keys and values.
+    key_rows: &'a [f32],
+    value_rows: &'a [f32],
+    mask: &'a Mask,
+    pair: usize,
+    first_block: usize,
+}
+
+/// A group's outputs: `[blocks * 16, Wv]`, `[blocks * 16]` twice, and each tile's probabilities.
+type ForwardOutputs<'a, 'b> = (&'a mut [f32], &'a mut [f32], &'a mut [f32], &'b mut [Option<&'a mut [f32]>]);
+
+impl<'a> ForwardInputs<'a> {
+    /// The group as `T` tiles walked together.
+    fn job<'b, const T: usize>(
+        &self,
+        (output, row_max, inv_row_sum, probs): ForwardOutputs<'b, '_>,
+    ) -> ForwardTile<'b, T>
+    where
+        'a: 'b,
+    {
+        let wk = self.dims.key_width();
+        let wv = self.dims.value_width();
+        let (mut output, mut row_max) = (output.chunks_exact_mut(LANES * wv), row_max.chunks_exact_mut(LANES));
+        let mut inv_row_sum = inv_row_sum.chunks_exact_mut(LANES);
+        let mut probs = probs.iter_mut();
+        ForwardTile {
+            query_t: std::array::from_fn(|t| &self.query_t[t * wk..][..wk]),
+            key_rows: self.key_rows,
+            value_rows: self.value_rows,
+            mask: std::array::from_fn(|t| self.mask.row_block(&self.dims, self.pair, self.first_block + t)),
+            rows: self.mask.rows,
+            source_len: self.dims.source_len,
+            output: std::array::from_fn(|_| output.next().expect("a tile's output")),
+            row_max: std::array::from_fn(|_| row_max.next().expect("a tile's maxima")),
+            inv_row_sum: std::array::from_fn(|_| inv_row_sum.next().expect("a tile's sums")),
+            probs: std::array::from_fn(|_| probs.next().and_then(Option::take)),
         }
     }
 }
 
-/// One forward tile: 16 query rows of one pair against all the keys they may attend.
-pub struct ForwardTile<'a> {
-    /// `[Wk]` lanes
-    query_t: &'a [Lanes],
+/// `T` forward tiles of one pair walked together: 16 query rows each against all the keys
+/// they may attend.
+pub struct ForwardTile<'a, const T: usize> {
+    /// `[Wk]` lanes each
+    query_t: [&'a [Lanes]; T],
     /// `[S', Wk]`
     key_rows: &'a [f32],
     /// `[S', Wv]`
     value_rows: &'a [f32],
-    mask: RowBlock<'a>,
+    mask: [RowBlock<'a>; T],
     rows: FullyMaskedRows,
     source_len: usize,
-    /// `[16, Wv]`
-    output: &'a mut [f32],
-    /// `[16]`
-    row_max: &'a mut [f32],
-    inv_row_sum: &'a mut [f32],
+    /// `[16, Wv]` each
+    output: [&'a mut [f32]; T],
+    /// `[16]` each
+    row_max: [&'a mut [f32]; T],
+    inv_row_sum: [&'a mut [f32]; T],
     /// `[rows, S]` (up to 16 rows, zeros): the probabilities, when asked for.
-    probs: Option<&'a mut [f32]>,
+    probs: [Option<&'a mut [f32]>; T],
 }
 
-/// The forward pass of one tile, `step` keys at a time with the online softmax.
+/// The forward pass of `T` tiles, `step` keys at a time with the online softmax: the keys and
+/// values stream past once for all of them, each element broadcast once for the `T` tiles.
 #[inline(always)]
-fn forward_tile<V: Vector, const NR: usize>(job: ForwardTile, scratch: &mut Scratch) {
-    let step = scratch.step;
-    let wv = job.output.len() / LANES;
-    let context = &mut scratch.first[..wv];
-    context.fill([0.0; LANES]);
-    let mut max = [f32::NEG_INFINITY; LANES];
-    let mut sum = [0.0; LANES];
-    let (lo, hi) = job.mask.keys;
+fn forward_tile<V: Vector, const NR: usize, const NP: usize, const T: usize>(
+    mut job: ForwardTile<T>,
+    scratch: &mut Scratch,
+) {
+    let step = scratch.step_of(T);
+    let (wk, wv) = (job.query_t[0].len(), job.output[0].len() / LANES);
+    let mut contexts: [&mut [Lanes]; T] = per_tile(&mut scratch.first, wv);
+    contexts.iter_mut().for_each(|context| context.fill([0.0; LANES]));
+    let mut max = [[f32::NEG_INFINITY; LANES]; T];
+    let mut sum = [[0.0; LANES]; T];
+    let (lo, hi) = joint_range(job.mask.map(|mask| mask.keys));
     for start in (lo..hi).step_by(step) {
         let n = step.min(hi - start);
-        let scores = &mut scratch.scores[..n];
-        step_scores::<V, NR>(job.query_t, job.key_rows, job.mask.bias, start, scores);
-        let masked = !job.mask.all_allowed(start + n);
-        if masked {
-            mask_scores(scores, &mut scratch.bits[..n], |j| job.mask.bits(start + j));
-        }
-        let new_max = lane_max::<V>(scores, max);
-        if new_max != max {
-            // Rows whose maximum grew rescale what they have summed so far.
-            let mut alpha = [0.0; LANES];
-            exp_nonpositive(V::load(&lanes(|i| max[i] - reference(new_max[i])))).store(&mut alpha);
-            sum = lanes(|i| sum[i] * alpha[i]);
-            context.iter_mut().for_each(|c| *c = lanes(|i| c[i] * alpha[i]));
-            max = new_max;
-        }
-        let shift = V::load(&lanes(|i| reference(max[i])));
-        let dropout = job.mask.keep_bits(start, &mut scratch.keep[..n]);
-        let mut row_sum = V::load(&sum);
-        for (j, s) in scores.iter_mut().enumerate() {
-            let mut p = V::load(s).sub(shift).exp_nonpositive();
+        let mut scores: [&mut [Lanes]; T] = per_tile(&mut scratch.scores, n);
+        let bias = job.mask.map(|mask| mask.bias);
+        step_scores::<V, NR, NP, T>(job.query_t, &job.key_rows[start * wk..], bias, start, &mut scores);
+        let bits: [&mut [u16]; T] = per_tile(&mut scratch.bits, n);
+        let keep: [&mut [u16]; T] = per_tile(&mut scratch.keep, n);
+        for t in 0..T {
+            let (mask, scores, bits) = (&job.mask[t], &mut *scores[t], &mut *bits[t]);
+            let masked = !mask.all_allowed(start + n);
             if masked {
-                p = p.keep(scratch.bits[j]);
+                mask_scores(scores, bits, |j| mask.bits(start + j));
             }
-            row_sum = row_sum.add(p);
-            // Dropout after the normalising sum: the dropped entries still count in it.
-            if dropout {
-                p = p.keep(scratch.keep[j]);
+            let new_max = lane_max::<V>(scores, max[t]);
+            if new_max != max[t] {
+                // Rows whose maximum grew rescale what they have summed so far.
+                let mut alpha = [0.0; LANES];
+                exp_nonpositive(V::load(&lanes(|i| max[t][i] - reference(new_max[i])))).store(&mut alpha);
+                sum[t] = lanes(|i| sum[t][i] * alpha[i]);
+                contexts[t].iter_mut().for_each(|c| *c = lanes(|i| c[i] * alpha[i]));
+                max[t] = new_max;
             }
-            p.store(s);
+            let shift = V::load(&lanes(|i| reference(max[t][i])));
+            let dropout = mask.keep_bits(start, keep[t]);
+            let mut row_sum = V::load(&sum[t]);
+            for (j, s) in scores.iter_mut().enumerate() {
+                let mut p = V::load(s).sub(shift).exp_nonpositive();
+                if masked {
+                    p = p.keep(bits[j]);
+                }
+                row_sum = row_sum.add(p);
+                // Dropout after the normalising sum: the dropped entries still count in it.
+                if dropout {
+                    p = p.keep(keep[t][j]);
+                }
+                p.store(s);
+            }
+            row_sum.store(&mut sum[t]);
         }
-        row_sum.store(&mut sum);
-        lane_accumulate::<V, NR>(scores, &job.value_rows[start * wv..], wv, context, scratch.split_sums);
+        let weights = scores.each_ref().map(|scores| &scores[..]);
+        accumulate::<V, NR, NP, T>(weights, &job.value_rows[start * wv..], wv, &mut contexts, scratch.split_sums);
     }
     // A row that saw no allowed key keeps max = -inf: zero attention, or uniform.
     let mut uniform_value: Option<Vec<f32>> = None;
-    for i in 0..LANES {
-        let row = &mut job.output[i * wv..][..wv];
-        if max[i] == f32::NEG_INFINITY {
-            job.row_max[i] = 0.0;
-            job.inv_row_sum[i] = 0.0;
-            match job.rows {
-                FullyMaskedRows::Zero => row.fill(0.0),
-                FullyMaskedRows::Uniform => {
-                    let mean = uniform_value.get_or_insert_with(|| mean_row(job.value_rows, wv, job.source_len));
-                    row.copy_from_slice(mean);
+    for t in 0..T {
+        for i in 0..LANES {
+            let row = &mut job.output[t][i * wv..][..wv];
+            if max[t][i] == f32::NEG_INFINITY {
+                job.row_max[t][i] = 0.0;
+                job.inv_row_sum[t][i] = 0.0;
+                match job.rows {
+                    FullyMaskedRows::Zero => row.fill(0.0),
+                    FullyMaskedRows::Uniform => {
+                        let mean = uniform_value.get_or_insert_with(|| mean_row(job.value_rows, wv, job.source_len));
+                        row.copy_from_slice(mean);
+                    }
                 }
+            } else {
+                let inv = 1.0 / sum[t][i];
+                job.row_max[t][i] = max[t][i];
+                job.inv_row_sum[t][i] = inv;
+                let scaled = inv * job.mask[t].dropout_scale();
+                row.iter_mut().zip(contexts[t].iter()).for_each(|(o, c)| *o = c[i] * scaled);
             }
-        } else {
-            let inv = 1.0 / sum[i];
-            job.row_max[i] = max[i];
-            job.inv_row_sum[i] = inv;
-            let scaled = inv * job.mask.dropout_scale();
-            row.iter_mut().zip(context.iter()).for_each(|(o, c)| *o = c[i] * scaled);
         }
     }
-    if let Some(probs) = job.probs {
-        let (max, inv) = (lanes(|i| job.row_max[i]), lanes(|i| job.inv_row_sum[i]));
-        write_probs::<V, NR>(job.query_t, job.key_rows, &job.mask, job.rows, job.source_len, max, inv, scratch, probs);
+    for t in 0..T {
+        if let Some(probs) = job.probs[t].take() {
+            let (max, inv) = (lanes(|i| job.row_max[t][i]), lanes(|i| job.inv_row_sum[t][i]));
+            let tile = (job.query_t[t], &job.mask[t]);
+            write_probs::<V, NR>(tile, job.key_rows, job.rows, job.source_len, max, inv, scratch, probs);
+        }
     }
+}
+
+/// The first `len` elements of each of the first `T` parts of `buffer`, which holds
+/// [`MAX_TILES`] equal parts: one tile's share of a scratch buffer each.
+#[inline(always)]
+fn per_tile<X, const T: usize>(buffer: &mut [X], len: usize) -> [&mut [X]; T] {
+    let mut parts = buffer.chunks_exact_mut(buffer.len() / MAX_TILES);
+    std::array::from_fn(|_| &mut parts.next().expect("scratch for every tile")[..len])
+}
+
+/// The range `[lo, hi)` (rows or keys) that covers every tile's non-empty range: the tiles walk
+/// it together, and each masks what lies outside its own.
+#[inline(always)]
+fn joint_range<const T: usize>(ranges: [(usize, usize); T]) -> (usize, usize) {
+    ranges.into_iter().filter(|(lo, hi)| lo < hi).fold((usize::MAX, 0), |(lo, hi), (l, h)| (lo.min(l), hi.max(h)))
 }
 
 /// The probabilities of one tile's rows, `p = exp(s - m_t) / l_t` from the final row statistics:
@@ -540,9 +676,8 @@ fn forward_tile<V: Vector, const NR: usize>(job: ForwardTile, scratch: &mut Scra
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn write_probs<V: Vector, const NR: usize>(
-    query_t: &[Lanes],
+    (query_t, mask): (&[Lanes], &RowBlock),
     key_rows: &[f32],
-    mask: &RowBlock,
     rows: FullyMaskedRows,
     source_len: usize,
     max: Lanes,
@@ -555,8 +690,9 @@ fn write_probs<V: Vector, const NR: usize>(
     let (lo, hi) = mask.keys;
     for start in (lo..hi).step_by(step) {
         let n = step.min(hi - start);
-        let scores = &mut scratch.scores[..n];
-        step_scores::<V, NR>(query_t, key_rows, mask.bias, start, scores);
+        let mut scores: [&mut [Lanes]; 1] = per_tile(&mut scratch.scores, n);
+        step_scores::<V, NR, NR, 1>([query_t], &key_rows[start * query_t.len()..], [mask.bias], start, &mut scores);
+        let [scores] = scores;
         let masked = !mask.all_allowed(start + n);
         for (j, s) in scores.iter_mut().enumerate() {
             let mut p = V::load(s).sub(shift).exp_nonpositive().mul(scale);
@@ -581,22 +717,58 @@ fn write_probs<V: Vector, const NR: usize>(
     }
 }
 
-/// The logits of one step: `scores[j] = tile · rows[start + j]` (a tile of 16 lanes against
-/// `scores.len()` rows of its width), plus the float mask's `bias[start + j]` where there is one.
+/// The logits of one step for `T` tiles: `scores[t][j] = tiles[t] · rows[j]` (tiles of 16
+/// lanes against `scores[t].len()` rows of their width), plus the float mask's `bias[t][start +
+/// j]` where there is one.
 #[inline(always)]
-fn step_scores<V: Vector, const NR: usize>(
-    tile: &[Lanes],
+fn step_scores<V: Vector, const NR: usize, const NP: usize, const T: usize>(
+    tiles: [&[Lanes]; T],
     rows: &[f32],
-    bias: Option<&[Lanes]>,
+    bias: [Option<&[Lanes]>; T],
     start: usize,
-    scores: &mut [Lanes],
+    scores: &mut [&mut [Lanes]; T],
 ) {
-    let width = tile.len();
-    lane_dots::<V, NR>(tile, &rows[start * width..], width, 1, scores);
-    if let Some(bias) = bias {
-        for (s, b) in scores.iter_mut().zip(&bias[start..]) {
-            V::load(s).add(V::load(b)).store(s);
+    dots::<V, NR, NP, T>(tiles, rows, tiles[0].len(), scores);
+    for (scores, bias) in scores.iter_mut().zip(bias) {
+        if let Some(bias) = bias {
+            for (s, b) in scores.iter_mut().zip(&bias[start..]) {
+                V::load(s).add(V::load(b)).store(s);
+            }
         }
+    }
+}
+
+/// [`lane_dots`] of `T` tiles against contiguous rows of `width`, `NR` rows a group for one
+/// tile and `NP` for two.
+#[inline(always)]
+fn dots<V: Vector, const NR: usize, const NP: usize, const T: usize>(
+    tiles: [&[Lanes]; T],
+    rows: &[f32],
+    width: usize,
+    out: &mut [&mut [Lanes]; T],
+) {
+    let out = out.each_mut().map(|out| &mut **out);
+    if T == 1 {
+        lane_dots::<V, NR, T>(tiles, rows, width, 1, out);
+    } else {
+        lane_dots::<V, NP, T>(tiles, rows, width, 1, out);
+    }
+}
+
+/// [`lane_accumulate`] of `T` tiles, `NR` features a group for one tile and `NP` for two.
+#[inline(always)]
+fn accumulate<V: Vector, const NR: usize, const NP: usize, const T: usize>(
+    weights: [&[Lanes]; T],
+    rows: &[f32],
+    stride: usize,
+    acc: &mut [&mut [Lanes]; T],
+    split: bool,
+) {
+    let acc = acc.each_mut().map(|acc| &mut **acc);
+    if T == 1 {
+        lane_accumulate::<V, NR, T>(weights, rows, stride, acc, split);
+    } else {
+        lane_accumulate::<V, NP, T>(weights, rows, stride, acc, split);
     }
 }
 
@@ -627,11 +799,12 @@ fn mean_row(rows: &[f32], width: usize, len: usize) -> Vec<f32> {
     mean
 }
 
-/// One `dk`/`dv` tile: 16 keys of one pair against all the query rows that may attend them.
-pub struct KeyValueTile<'a> {
-    /// `[Wk]` and `[Wv]` lanes
-    key_t: &'a [Lanes],
-    value_t: &'a [Lanes],
+/// `T` `dk`/`dv` tiles of one pair walked together: 16 keys each against all the query rows
+/// that may attend them.
+pub struct KeyValueTile<'a, const T: usize> {
+    /// `[Wk]` and `[Wv]` lanes each
+    key_t: [&'a [Lanes]; T],
+    value_t: [&'a [Lanes]; T],
     /// `[T', Wk]`, `[T', Wv]`
     query_rows: &'a [f32],
     grad_rows: &'a [f32],
@@ -641,14 +814,14 @@ pub struct KeyValueTile<'a> {
     row_dot: &'a [f32],
     /// `[Wv]`: the gradient every value row gets from uniformly attending rows.
     uniform_grad: Option<&'a [f32]>,
-    mask: KeyBlock<'a>,
+    mask: [KeyBlock<'a>; T],
     key_dim: usize,
     value_dim: usize,
-    /// `[16, Wk]`: the block's keys, for `dq`.
+    /// `[16 T, Wk]`: the tiles' keys, for `dq`.
     key_rows: &'a [f32],
-    /// `[16, dk]`, `[16, dv]`
-    key_grad: &'a mut [f32],
-    value_grad: &'a mut [f32],
+    /// `[16, dk]`, `[16, dv]` each
+    key_grad: [&'a mut [f32]; T],
+    value_grad: [&'a mut [f32]; T],
     /// `[Tb, Wk]` lanes: the pair's `dq̃`, accumulated here when [`fuse_query_grads`].
     query_grad: Option<&'a mut [Lanes]>,
 }
@@ -668,90 +841,125 @@ struct KeyValueInputs<'a> {
     mask: &'a Mask,
 }
 
+/// A group's gradients: `[blocks * 16, dk]`, `[blocks * 16, dv]`, and the pair's `dq̃` lanes
+/// when [`fuse_query_grads`].
+type KeyValueOutputs<'b> = (&'b mut [f32], &'b mut [f32], Option<&'b mut [Lanes]>);
+
 impl<'a> KeyValueInputs<'a> {
-    /// Key block `block` of pair `pair`, writing into the given gradients.
-    fn tile<'b>(
+    /// The key blocks `first_block ..` of pair `pair` that `outputs` holds (one or two), walked
+    /// together, writing into `outputs`.
+    fn run(&self, isa: Isa, pair: usize, first_block: usize, outputs: KeyValueOutputs, scratch: &mut Scratch) {
+        if self.dims.key_blocks() - first_block >= 2 && outputs.0.len() == 2 * LANES * self.dims.key_dim {
+            dispatch!(isa, key_value_tile::<2>(self.job(pair, first_block, outputs), scratch));
+        } else {
+            dispatch!(isa, key_value_tile::<1>(self.job(pair, first_block, outputs), scratch));
+        }
+    }
+
+    /// Key blocks `first_block .. + T` of pair `pair`, writing into the given gradients.
+    fn job<'b, const T: usize>(
         &'b self,
         pair: usize,
-        block: usize,
-        key_grad: &'b mut [f32],
-        value_grad: &'b mut [f32],
-        query_grad: Option<&'b mut [Lanes]>,
-    ) -> KeyValueTile<'b> {
+        first_block: usize,
+        (key_grad, value_grad, query_grad): KeyValueOutputs<'b>,
+    ) -> KeyValueTile<'b, T> {
         let d = self.dims;
         let (wk, wv, key_blocks) = (d.key_width(), d.value_width(), d.key_blocks());
         let (padded_t, padded_s) = (d.padded_query_len(), d.padded_source_len());
+        let tile = pair * key_blocks + first_block;
+        let (mut key_grad, mut value_grad) =
+            (key_grad.chunks_exact_mut(LANES * d.key_dim), value_grad.chunks_exact_mut(LANES * d.value_dim));
         KeyValueTile {
-            key_t: &self.key_t[(pair * key_blocks + block) * wk..][..wk],
-            value_t: &self.value_t[(pair * key_blocks + block) * wv..][..wv],
-            key_rows: &self.key_rows[(pair * padded_s + block * LANES) * wk..][..LANES * wk],
+            key_t: std::array::from_fn(|t| &self.key_t[(tile + t) * wk..][..wk]),
+            value_t: std::array::from_fn(|t| &self.value_t[(tile + t) * wv..][..wv]),
+            key_rows: &self.key_rows[(pair * padded_s + first_block * LANES) * wk..][..T * LANES * wk],
             query_rows: &self.query_rows[pair * padded_t * wk..][..padded_t * wk],
             grad_rows: &self.grad_rows[pair * padded_t * wv..][..padded_t * wv],
             row_max: &self.row_max[pair * padded_t..][..padded_t],
             inv_row_sum: &self.inv_row_sum[pair * padded_t..][..padded_t],
             row_dot: &self.row_dot[pair * padded_t..][..padded_t],
             uniform_grad: self.uniform_grad.map(|u| &u[pair * wv..][..wv]),
-            mask: self.mask.key_block(&d, pair, block),
+            mask: std::array::from_fn(|t| self.mask.key_block(&d, pair, first_block + t)),
             key_dim: d.key_dim,
             value_dim: d.value_dim,
-            key_grad,
-            value_grad,
+            key_grad: std::array::from_fn(|_| key_grad.next().expect("a tile's dk")),
+            value_grad: std::array::from_fn(|_| value_grad.next().expect("a tile's dv")),
             query_grad,
         }
     }
 }
 
-/// `dk` and `dv` of one tile, `step` query rows at a time.
+/// `dk` and `dv` of `T` tiles, `step` query rows at a time: the query rows and the output
+/// gradient stream past once for all of them, each element broadcast once for the `T` tiles.
 #[inline(always)]
-fn key_value_tile<V: Vector, const NR: usize>(mut job: KeyValueTile, scratch: &mut Scratch) {
-    let step = scratch.step;
-    let (wk, wv) = (job.key_t.len(), job.value_t.len());
-    let key_acc = &mut scratch.first[..wk];
-    let value_acc = &mut scratch.second[..wv];
-    key_acc.fill([0.0; LANES]);
-    value_acc.fill([0.0; LANES]);
-    let (lo, hi) = job.mask.queries;
+fn key_value_tile<V: Vector, const NR: usize, const NP: usize, const T: usize>(
+    mut job: KeyValueTile<T>,
+    scratch: &mut Scratch,
+) {
+    let step = scratch.step_of(T);
+    let (wk, wv) = (job.key_t[0].len(), job.value_t[0].len());
+    let mut key_acc: [&mut [Lanes]; T] = per_tile(&mut scratch.first, wk);
+    let mut value_acc: [&mut [Lanes]; T] = per_tile(&mut scratch.second, wv);
+    key_acc.iter_mut().chain(value_acc.iter_mut()).for_each(|acc| acc.fill([0.0; LANES]));
+    let (lo, hi) = joint_range(job.mask.map(|mask| mask.queries));
     for start in (lo..hi).step_by(step) {
         let n = step.min(hi - start);
-        let (probs, grads) = (&mut scratch.scores[..n], &mut scratch.grads[..n]);
-        step_scores::<V, NR>(job.key_t, job.query_rows, job.mask.bias, start, probs); // s_j for each row
-        lane_dots::<V, NR>(job.value_t, &job.grad_rows[start * wv..], wv, 1, grads); // dp_j
-        let masked = !job.mask.all_allowed(start, n);
-        let dropout = job.mask.keep_bits(start, &mut scratch.keep[..n]);
-        let scale = V::splat(job.mask.dropout_scale());
-        for (r, (p, g)) in probs.iter_mut().zip(grads.iter_mut()).enumerate() {
-            let t = start + r;
-            let (max, inv, dot) = (V::splat(job.row_max[t]), V::splat(job.inv_row_sum[t]), V::splat(job.row_dot[t]));
-            let mut prob = V::load(p).sub(max).exp_nonpositive().mul(inv);
-            if masked {
-                prob = prob.keep(job.mask.bits(t));
+        let mut probs: [&mut [Lanes]; T] = per_tile(&mut scratch.scores, n);
+        let mut grads: [&mut [Lanes]; T] = per_tile(&mut scratch.grads, n);
+        let keep: [&mut [u16]; T] = per_tile(&mut scratch.keep, n);
+        let bias = job.mask.map(|mask| mask.bias);
+        step_scores::<V, NR, NP, T>(job.key_t, &job.query_rows[start * wk..], bias, start, &mut probs); // s_j
+        dots::<V, NR, NP, T>(job.value_t, &job.grad_rows[start * wv..], wv, &mut grads); // dp_j
+        for t in 0..T {
+            let mask = &job.mask[t];
+            let masked = !mask.all_allowed(start, n);
+            let dropout = mask.keep_bits(start, keep[t]);
+            let scale = V::splat(mask.dropout_scale());
+            for (r, (p, g)) in probs[t].iter_mut().zip(grads[t].iter_mut()).enumerate() {
+                let row = start + r;
+                let (max, inv) = (V::splat(job.row_max[row]), V::splat(job.inv_row_sum[row]));
+                let dot = V::splat(job.row_dot[row]);
+                let mut prob = V::load(p).sub(max).exp_nonpositive().mul(inv);
+                if masked {
+                    prob = prob.keep(mask.bits(row));
+                }
+                let (mut dp, mut kept) = (V::load(g), prob);
+                if dropout {
+                    // dv takes the dropped probabilities, and dp of a dropped entry is 0.
+                    dp = dp.keep(keep[t][r]).mul(scale);
+                    kept = prob.keep(keep[t][r]).mul(scale);
+                }
+                prob.mul(dp.sub(dot)).store(g); // ds_j
+                kept.store(p);
             }
-            let (mut dp, mut kept) = (V::load(g), prob);
-            if dropout {
-                // dv takes the dropped probabilities, and dp of a dropped entry is 0.
-                let keep = scratch.keep[r];
-                dp = dp.keep(keep).mul(scale);
-                kept = prob.keep(keep).mul(scale);
-            }
-            prob.mul(dp.sub(dot)).store(g); // ds_j
-            kept.store(p);
         }
-        lane_accumulate::<V, NR>(probs, &job.grad_rows[start * wv..], wv, value_acc, scratch.split_sums);
-        lane_accumulate::<V, NR>(grads, &job.query_rows[start * wk..], wk, key_acc, scratch.split_sums);
+        let split = scratch.split_sums;
+        let kept = probs.each_ref().map(|probs| &probs[..]);
+        accumulate::<V, NR, NP, T>(kept, &job.grad_rows[start * wv..], wv, &mut value_acc, split);
+        let ds = grads.each_ref().map(|grads| &grads[..]);
+        accumulate::<V, NR, NP, T>(ds, &job.query_rows[start * wk..], wk, &mut key_acc, split);
         if let Some(query_grad) = job.query_grad.as_deref_mut() {
-            // dq̃_t += Σ_i ds_ti k_i, 16 rows at a time: ds with the rows in the lanes.
-            for (block, ds) in grads.chunks_exact(LANES).enumerate() {
-                let ds_t = V::transpose(ds.try_into().expect("16 rows")); // [16 keys] lanes of 16 rows
+            // dq̃_t += Σ_i ds_ti k_i over the tiles' 16 T keys, 16 rows at a time: ds with the
+            // rows in the lanes.
+            let mut ds_t = [[0.0; LANES]; MAX_TILES * LANES]; // [16 T keys] lanes of 16 rows
+            for block in 0..n / LANES {
+                for t in 0..T {
+                    let ds = grads[t][block * LANES..][..LANES].try_into().expect("16 rows");
+                    ds_t[t * LANES..][..LANES].copy_from_slice(&V::transpose(ds));
+                }
                 let rows = (start / LANES + block) * wk;
-                lane_accumulate::<V, NR>(&ds_t, job.key_rows, wk, &mut query_grad[rows..][..wk], scratch.split_sums);
+                let dq = &mut query_grad[rows..][..wk];
+                lane_accumulate::<V, NR, 1>([&ds_t[..T * LANES]], job.key_rows, wk, [dq], split);
             }
         }
     }
-    if let Some(uniform) = job.uniform_grad {
-        value_acc.iter_mut().zip(uniform).for_each(|(v, u)| *v = lanes(|i| v[i] + u));
+    for t in 0..T {
+        if let Some(uniform) = job.uniform_grad {
+            value_acc[t].iter_mut().zip(uniform).for_each(|(v, u)| *v = lanes(|i| v[i] + u));
+        }
+        store_rows(key_acc[t], job.key_dim, job.key_grad[t]);
+        store_rows(value_acc[t], job.value_dim, job.value_grad[t]);
     }
-    store_rows(key_acc, job.key_dim, job.key_grad);
-    store_rows(value_acc, job.value_dim, job.value_grad);
 }
 
 /// Whether `dq` is accumulated during the key-block walk (`ds` transposed, times the block's 16
@@ -761,56 +969,104 @@ fn fuse_query_grads(dims: Dims) -> bool {
     dims.pairs() >= 2 * rayon::current_num_threads()
 }
 
-/// One `dq` tile: 16 query rows of one pair against all the keys they may attend.
-pub struct QueryTile<'a> {
-    /// `[Wk]`, `[Wv]` lanes
-    query_t: &'a [Lanes],
+/// What every `dq` tile of the pass of its own reads, for all pairs.
+struct QueryInputs<'a> {
+    saved: &'a Forward,
+    /// `[pairs, Tb, Wv]` lanes: the output gradient.
     grad_t: &'a [Lanes],
+    /// `[pairs, T']`: `D_t`.
+    row_dot: &'a [f32],
+}
+
+impl<'a> QueryInputs<'a> {
+    /// Query blocks `first_block .. + T` of pair `pair`, writing into `query_grad` (`[16 T, Wk]`).
+    fn job<'b, const T: usize>(
+        &'b self,
+        pair: usize,
+        first_block: usize,
+        query_grad: &'b mut [f32],
+    ) -> QueryTile<'b, T> {
+        let (saved, dims) = (self.saved, self.saved.dims);
+        let (wk, wv, row_blocks) = (dims.key_width(), dims.value_width(), dims.row_blocks());
+        let (padded_t, padded_s) = (dims.padded_query_len(), dims.padded_source_len());
+        let tile = pair * row_blocks + first_block;
+        let rows = |t: usize| pair * padded_t + (first_block + t) * LANES;
+        let sixteen = |x: &[f32], t: usize| -> Lanes { x[rows(t)..][..LANES].try_into().expect("16 rows") };
+        QueryTile {
+            query_t: std::array::from_fn(|t| &saved.query_t[(tile + t) * wk..][..wk]),
+            grad_t: std::array::from_fn(|t| &self.grad_t[(tile + t) * wv..][..wv]),
+            key_rows: &saved.key_rows[pair * padded_s * wk..][..padded_s * wk],
+            value_rows: &saved.value_rows[pair * padded_s * wv..][..padded_s * wv],
+            row_max: std::array::from_fn(|t| sixteen(&saved.row_max, t)),
+            inv_row_sum: std::array::from_fn(|t| sixteen(&saved.inv_row_sum, t)),
+            row_dot: std::array::from_fn(|t| sixteen(self.row_dot, t)),
+            mask: std::array::from_fn(|t| saved.mask.row_block(&dims, pair, first_block + t)),
+            scale: saved.scale,
+            query_grad,
+        }
+    }
+}
+
+/// `T` `dq` tiles of one pair walked together: 16 query rows each against all the keys they may
+/// attend.
+pub struct QueryTile<'a, const T: usize> {
+    /// `[Wk]`, `[Wv]` lanes each
+    query_t: [&'a [Lanes]; T],
+    grad_t: [&'a [Lanes]; T],
     /// `[S', Wk]`, `[S', Wv]`
     key_rows: &'a [f32],
     value_rows: &'a [f32],
-    row_max: Lanes,
-    inv_row_sum: Lanes,
-    row_dot: Lanes,
-    mask: RowBlock<'a>,
+    row_max: [Lanes; T],
+    inv_row_sum: [Lanes; T],
+    row_dot: [Lanes; T],
+    mask: [RowBlock<'a>; T],
     scale: f32,
-    /// `[16, Wk]`
+    /// `[16 T, Wk]`
     query_grad: &'a mut [f32],
 }
 
-/// `dq` of one tile, `step` keys at a time.
+/// `dq` of `T` tiles, `step` keys at a time.
 #[inline(always)]
-fn query_tile<V: Vector, const NR: usize>(job: QueryTile, scratch: &mut Scratch) {
-    let step = scratch.step;
-    let (wk, wv) = (job.query_t.len(), job.grad_t.len());
-    let query_acc = &mut scratch.first[..wk];
-    query_acc.fill([0.0; LANES]);
-    let (max, inv, dot) = (V::load(&job.row_max), V::load(&job.inv_row_sum), V::load(&job.row_dot));
-    let scale = V::splat(job.mask.dropout_scale());
-    let (lo, hi) = job.mask.keys;
+fn query_tile<V: Vector, const NR: usize, const NP: usize, const T: usize>(job: QueryTile<T>, scratch: &mut Scratch) {
+    let step = scratch.step_of(T);
+    let (wk, wv) = (job.query_t[0].len(), job.grad_t[0].len());
+    let mut query_acc: [&mut [Lanes]; T] = per_tile(&mut scratch.first, wk);
+    query_acc.iter_mut().for_each(|acc| acc.fill([0.0; LANES]));
+    let (lo, hi) = joint_range(job.mask.map(|mask| mask.keys));
     for start in (lo..hi).step_by(step) {
         let n = step.min(hi - start);
-        let (scores, grads) = (&mut scratch.scores[..n], &mut scratch.grads[..n]);
-        step_scores::<V, NR>(job.query_t, job.key_rows, job.mask.bias, start, scores);
-        lane_dots::<V, NR>(job.grad_t, &job.value_rows[start * wv..], wv, 1, grads); // dp_j
-        let masked = !job.mask.all_allowed(start + n);
-        let dropout = job.mask.keep_bits(start, &mut scratch.keep[..n]);
-        for (j, (s, g)) in scores.iter().zip(grads.iter_mut()).enumerate() {
-            let mut prob = V::load(s).sub(max).exp_nonpositive().mul(inv);
-            if masked {
-                prob = prob.keep(job.mask.bits(start + j));
+        let mut scores: [&mut [Lanes]; T] = per_tile(&mut scratch.scores, n);
+        let mut grads: [&mut [Lanes]; T] = per_tile(&mut scratch.grads, n);
+        let keep: [&mut [u16]; T] = per_tile(&mut scratch.keep, n);
+        let bias = job.mask.map(|mask| mask.bias);
+        step_scores::<V, NR, NP, T>(job.query_t, &job.key_rows[start * wk..], bias, start, &mut scores);
+        dots::<V, NR, NP, T>(job.grad_t, &job.value_rows[start * wv..], wv, &mut grads); // dp_j
+        for t in 0..T {
+            let mask = &job.mask[t];
+            let (max, inv, dot) = (V::load(&job.row_max[t]), V::load(&job.inv_row_sum[t]), V::load(&job.row_dot[t]));
+            let scale = V::splat(mask.dropout_scale());
+            let masked = !mask.all_allowed(start + n);
+            let dropout = mask.keep_bits(start, keep[t]);
+            for (j, (s, g)) in scores[t].iter().zip(grads[t].iter_mut()).enumerate() {
+                let mut prob = V::load(s).sub(max).exp_nonpositive().mul(inv);
+                if masked {
+                    prob = prob.keep(mask.bits(start + j));
+                }
+                let mut dp = V::load(g);
+                if dropout {
+                    dp = dp.keep(keep[t][j]).mul(scale); // dp of the dropped probabilities
+                }
+                prob.mul(dp.sub(dot)).store(g); // ds_j
             }
-            let mut dp = V::load(g);
-            if dropout {
-                dp = dp.keep(scratch.keep[j]).mul(scale); // dp of the dropped probabilities
-            }
-            prob.mul(dp.sub(dot)).store(g); // ds_j
         }
-        lane_accumulate::<V, NR>(grads, &job.key_rows[start * wk..], wk, query_acc, scratch.split_sums);
+        let ds = grads.each_ref().map(|grads| &grads[..]);
+        accumulate::<V, NR, NP, T>(ds, &job.key_rows[start * wk..], wk, &mut query_acc, scratch.split_sums);
     }
-    // d(q̃)/dq = scale.
-    query_acc.iter_mut().for_each(|q| *q = lanes(|i| q[i] * job.scale));
-    store_rows(query_acc, query_acc.len(), job.query_grad);
+    for (t, query_acc) in query_acc.into_iter().enumerate() {
+        // d(q̃)/dq = scale.
+        query_acc.iter_mut().for_each(|q| *q = lanes(|i| q[i] * job.scale));
+        store_rows(query_acc, wk, &mut job.query_grad[t * LANES * wk..][..LANES * wk]);
+    }
 }
 
 /// Writes a tile (features x 16 lanes) as the rows `[n, width]` that `out` holds (`n <= 16`),
@@ -1135,24 +1391,25 @@ mod tests {
         let [out, dq, dk, dv, probs] = reference([&q, &k, &v, &g], dims, scale, &rule.allowed(dims), &bias_of, rows);
         let (out, dq) = (last64(&out, query_len, value_dim), last64(&dq, query_len, key_dim));
         let (dk, dv) = (last64(&dk, source_len, key_dim), last64(&dv, source_len, value_dim));
-        for &isa in isas {
+        // Every instruction set, with one tile and with two walked together.
+        for (isa, tiles) in isas.iter().flat_map(|&isa| Tiles::ALL.map(|tiles| (isa, tiles))) {
             let (q, k, v) =
                 (last(&q, query_len, key_dim), last(&k, source_len, key_dim), last(&v, source_len, value_dim));
             let mask = rule.mask(dims, rows).with_bias(bias.clone(), dims);
-            let (output, saved, got_probs) = forward_with(isa, &q, &k, &v, dims, scale, mask, true);
+            let (output, saved, got_probs) = forward_with(isa, tiles, &q, &k, &v, dims, scale, mask, true);
             let error = scaled_error(&output, &out);
-            assert!(error < 4e-6, "{isa:?} {rule:?} {rows:?}: output at {dims:?}: error {error}");
+            assert!(error < 4e-6, "{isa:?} {tiles:?} {rule:?} {rows:?}: output at {dims:?}: error {error}");
             let error = scaled_error(&got_probs.expect("asked for"), &probs);
-            assert!(error < 4e-6, "{isa:?} {rule:?} {rows:?}: probabilities at {dims:?}: error {error}");
+            assert!(error < 4e-6, "{isa:?} {tiles:?} {rule:?} {rows:?}: probabilities at {dims:?}: error {error}");
             // Both ways of computing dq.
             for fused_dq in [false, true] {
-                let grads = backward_with(isa, &saved, &last(&g, query_len, value_dim), fused_dq);
+                let grads = backward_with(isa, tiles, &saved, &last(&g, query_len, value_dim), fused_dq);
                 for (name, got, want) in [("dq", &grads.query, &dq), ("dk", &grads.key, &dk), ("dv", &grads.value, &dv)]
                 {
                     let error = scaled_error(got, want);
                     assert!(
                         error < 4e-6,
-                        "{isa:?} {rule:?} {rows:?} fused dq {fused_dq}: {name} at {dims:?}: error {error}"
+                        "{isa:?} {tiles:?} {rule:?} {rows:?} fused dq {fused_dq}: {name} at {dims:?}: error {error}"
                     );
                 }
             }

@@ -15,7 +15,8 @@
 //! * [`bias`], [`dropout`] and [`mask`]: a float mask added to the logits, dropout on the
 //!   probabilities as a counter-based keep-mask, and boolean masks as bits with the tiles they
 //!   skip;
-//! * [`attention`]: the algorithm on host slices, tiled and parallel over (batch, head, 16 rows);
+//! * [`attention`]: the algorithm on host slices, tiled and parallel over (batch, head, 16 or 32
+//!   rows);
 //! * [`gemm`]: dense products on host slices;
 //! * [`ops`]: both as Burn backend operations with their own backward passes.
 

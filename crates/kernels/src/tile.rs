@@ -8,9 +8,14 @@
 //! * [`lane_accumulate`]: `acc[d] += Σ_r weights[r] · rows[r][d]`, a weighted sum of `n` rows
 //!   into a tile (`P v`, `dS k`, `Pᵀ dO`, `dSᵀ q`).
 //!
-//! Both keep `NR` accumulator vectors in registers (8 with AVX-512's 32 registers, 6 of two
-//! halves with AVX2's 16) and broadcast each scalar of `rows` once per `NR` fused multiply-adds,
-//! so their rate is that of the FMA units at any feature width, not of the loads. They are written on
+//! Both work on `T` tiles of one shape at once (one, or two: 32 query rows or keys) and keep
+//! `R x T` accumulator vectors in registers (`R` = 8 with AVX-512's 32 registers, 6 of two halves
+//! with AVX2's 16; with two tiles 8 and 2). Each scalar of `rows` is loaded and broadcast once
+//! for the `T` tiles, and each accumulator is a chain of its own, so the rate is that of the FMA
+//! units at any feature width: with one tile a broadcast feeds one multiply-add, enough for a
+//! core with one FMA unit of the vector's width (a Zen 4 with AVX-512); with two tiles it feeds
+//! two, with twice the chains, which a core with two such units (Intel's server cores) needs.
+//! Which serves a call is measured at run time ([`crate::tuning::Tiles`]). They are written on
 //! explicit vectors ([`Vector`]): left to itself, LLVM vectorises the feature loop instead, with
 //! gathers and scatters, at a tenth of the speed. Vector code here holds no closures: a closure
 //! does not inherit its caller's target features, so the intrinsics in one that LLVM does not
@@ -30,138 +35,180 @@ pub(crate) fn lane_max<V: Vector>(rows: &[Lanes], init: Lanes) -> Lanes {
     out
 }
 
-/// `out[r] = Σ_d tile[d] · rows[r * row_stride + d * depth_stride]` for `d < tile.len()`, `NR`
-/// rows at a time (then 4, 2 and 1 for the rest). The depth stride lets the GEMM read a
+/// `out[t][r] = Σ_d tiles[t][d] · rows[r * row_stride + d * depth_stride]` for `d <
+/// tiles[t].len()` (all `T` tiles of one width), `R` rows at a time (then 4, 2 and 1 for the
+/// rest). Each element of `rows` is broadcast once for the `T` tiles: with two tiles (32 query
+/// rows, or keys) a broadcast feeds two multiply-adds. The depth stride lets a caller read a
 /// transposed operand in place (the kernel's rows are contiguous: `depth_stride = 1`).
 #[inline(always)]
-pub(crate) fn lane_dots<V: Vector, const NR: usize>(
-    tile: &[Lanes],
+pub(crate) fn lane_dots<V: Vector, const R: usize, const T: usize>(
+    tiles: [&[Lanes]; T],
     rows: &[f32],
     row_stride: usize,
     depth_stride: usize,
-    out: &mut [Lanes],
+    mut out: [&mut [Lanes]; T],
 ) {
+    let n = out[0].len();
+    for t in 0..T {
+        assert!(tiles[t].len() == tiles[0].len() && out[t].len() == n, "lane_dots: tiles of one shape");
+    }
     let mut first = 0;
-    while first < out.len() {
-        let group = &mut out[first..];
-        let done = match group.len() {
-            left if left >= NR => dot_rows::<V, NR>(tile, rows, first, row_stride, depth_stride, group),
-            left if left >= 4 => dot_rows::<V, 4>(tile, rows, first, row_stride, depth_stride, group),
-            left if left >= 2 => dot_rows::<V, 2>(tile, rows, first, row_stride, depth_stride, group),
-            _ => dot_rows::<V, 1>(tile, rows, first, row_stride, depth_stride, group),
+    while first < n {
+        first += match n - first {
+            left if left >= R => dot_rows::<V, R, T>(&tiles, rows, first, row_stride, depth_stride, &mut out),
+            left if left >= 4 => dot_rows::<V, 4, T>(&tiles, rows, first, row_stride, depth_stride, &mut out),
+            left if left >= 2 => dot_rows::<V, 2, T>(&tiles, rows, first, row_stride, depth_stride, &mut out),
+            _ => dot_rows::<V, 1, T>(&tiles, rows, first, row_stride, depth_stride, &mut out),
         };
-        first += done;
     }
 }
 
-/// [`lane_dots`] of the `R` rows `first ..` into `out[..R]`, held in registers over the depth;
-/// returns `R`.
+/// [`lane_dots`] of the `R` rows `first ..` into `out[t][first..][..R]`, held in registers over
+/// the depth; returns `R`.
 #[inline(always)]
-fn dot_rows<V: Vector, const R: usize>(
-    tile: &[Lanes],
+fn dot_rows<V: Vector, const R: usize, const T: usize>(
+    tiles: &[&[Lanes]; T],
     rows: &[f32],
     first: usize,
     row_stride: usize,
     depth_stride: usize,
-    out: &mut [Lanes],
+    out: &mut [&mut [Lanes]; T],
 ) -> usize {
-    let width = tile.len();
-    let first = first * row_stride;
+    let width = tiles[0].len();
+    let start = first * row_stride;
     if width > 0 {
-        let last = first + (R - 1) * row_stride + (width - 1) * depth_stride;
+        let last = start + (R - 1) * row_stride + (width - 1) * depth_stride;
         assert!(last < rows.len(), "lane_dots reads element {last} of {}", rows.len());
     }
-    // SAFETY: every element read below is at most `last`, checked above; checked per element,
-    // the R bounds tests would cost as much as the multiply-adds. (A loop, not `array::from_fn`,
-    // which LLVM left as a call: a cost per group of rows, large at narrow heads.)
+    // SAFETY: every element read below is at most `last`, checked above, and every tile has
+    // `width` vectors (checked by `lane_dots`); checked per element, the bounds tests would cost
+    // as much as the multiply-adds. (A loop, not `array::from_fn`, which LLVM left as a call: a
+    // cost per group of rows, large at narrow heads.)
     let mut starts = [rows.as_ptr(); R];
-    for (r, start) in starts.iter_mut().enumerate() {
-        *start = unsafe { rows.as_ptr().add(first + r * row_stride) };
+    for (r, row) in starts.iter_mut().enumerate() {
+        *row = unsafe { rows.as_ptr().add(start + r * row_stride) };
     }
-    let mut acc = [V::zero(); R];
-    for (d, column) in tile.iter().enumerate() {
-        let column = V::load(column);
+    let mut acc = [[V::zero(); R]; T];
+    for d in 0..width {
+        let mut columns = [V::zero(); T];
+        for t in 0..T {
+            columns[t] = V::load(unsafe { tiles[t].get_unchecked(d) });
+        }
         let offset = d * depth_stride;
         for r in 0..R {
-            let x = unsafe { *starts[r].add(offset) };
-            acc[r] = column.mul_add(V::splat(x), acc[r]);
+            let x = V::splat(unsafe { *starts[r].add(offset) });
+            for t in 0..T {
+                acc[t][r] = columns[t].mul_add(x, acc[t][r]);
+            }
         }
     }
-    for (acc, out) in acc.into_iter().zip(out) {
-        acc.store(out);
+    for t in 0..T {
+        for (acc, out) in acc[t].into_iter().zip(&mut out[t][first..]) {
+            acc.store(out);
+        }
     }
     R
 }
 
-/// `acc[d] += Σ_r weights[r] · rows[r * stride + d]` for `d < acc.len()`, `NR` features at a
-/// time (then 4, 2 and 1 for the rest).
+/// `acc[t][d] += Σ_r weights[t][r] · rows[r * stride + d]` for `d < acc[t].len()` (all `T`
+/// tiles of one shape), `R` features at a time (then 4, 2 and 1 for the rest). Each element of
+/// `rows` is broadcast once for the `T` tiles.
 ///
-/// Each feature's sum is a chain of dependent multiply-adds, one per row. A group of `C < NR`
-/// features (every group of a head of 4 features) keeps only `C` chains in flight. With
-/// AVX-512 that fills a core that retires one 512-bit FMA per cycle of its latency, but only
-/// half of one that retires two (Intel's server cores); an AVX2 vector is two registers, so
-/// there only groups of 2 and 1 fall short. With `split` such a group walks its rows in
-/// `NR / C` interleaved sets with sums of their own, added at the end; whether this core needs
-/// it is measured once ([`crate::tuning::split_narrow_sums`]).
+/// Each feature's sum is a chain of dependent multiply-adds, one per row. A group of `C < R`
+/// features of one tile (every group of a head of 4 features) keeps only `C` chains in flight.
+/// With AVX-512 that fills a core that retires one 512-bit FMA per cycle of its latency, but
+/// only half of one that retires two (Intel's server cores); an AVX2 vector is two registers, so
+/// there only groups of 2 and 1 fall short. With `split` such a group of one tile walks its rows
+/// in `R / C` interleaved sets with sums of their own, added at the end; whether this core needs
+/// it is measured once ([`crate::tuning::split_narrow_sums`]). Two tiles have twice the chains
+/// and do not split.
 #[inline(always)]
-pub(crate) fn lane_accumulate<V: Vector, const NR: usize>(
-    weights: &[Lanes],
+pub(crate) fn lane_accumulate<V: Vector, const R: usize, const T: usize>(
+    weights: [&[Lanes]; T],
     rows: &[f32],
     stride: usize,
-    acc: &mut [Lanes],
+    mut acc: [&mut [Lanes]; T],
     split: bool,
 ) {
-    let width = acc.len();
+    let width = acc[0].len();
+    for t in 0..T {
+        assert!(weights[t].len() == weights[0].len() && acc[t].len() == width, "lane_accumulate: tiles of one shape");
+    }
+    let split = split && T == 1;
     let mut first = 0;
     while first < width {
-        let columns = &mut acc[first..];
-        first += match columns.len() {
-            left if left >= NR => accumulate_columns::<V, NR>(weights, rows, stride, first, columns),
-            left if left >= 4 => accumulate_narrow::<V, 4, NR>(weights, rows, stride, first, columns, split),
-            left if left >= 2 => accumulate_narrow::<V, 2, NR>(weights, rows, stride, first, columns, split),
-            _ => accumulate_narrow::<V, 1, NR>(weights, rows, stride, first, columns, split),
+        first += match width - first {
+            left if left >= R => accumulate_columns::<V, R, T>(&weights, rows, stride, first, &mut acc),
+            left if left >= 4 => accumulate_narrow::<V, 4, R, T>(&weights, rows, stride, first, &mut acc, split),
+            left if left >= 2 => accumulate_narrow::<V, 2, R, T>(&weights, rows, stride, first, &mut acc, split),
+            _ => accumulate_narrow::<V, 1, R, T>(&weights, rows, stride, first, &mut acc, split),
         };
     }
 }
 
-/// [`accumulate_columns`] of `C < NR` features, or with `split` [`accumulate_in_sets`] in
-/// `NR / C` sets.
+/// [`accumulate_columns`] of `C < R` features, or with `split` (one tile) [`accumulate_in_sets`]
+/// in `R / C` sets.
 #[inline(always)]
-fn accumulate_narrow<V: Vector, const C: usize, const NR: usize>(
-    weights: &[Lanes],
+fn accumulate_narrow<V: Vector, const C: usize, const R: usize, const T: usize>(
+    weights: &[&[Lanes]; T],
     rows: &[f32],
     stride: usize,
     first: usize,
-    acc: &mut [Lanes],
+    acc: &mut [&mut [Lanes]; T],
     split: bool,
 ) -> usize {
     if split {
-        accumulate_in_sets::<V, C>(weights, rows, stride, first, acc, NR / C)
+        accumulate_in_sets::<V, C>(weights[0], rows, stride, first, &mut acc[0][first..], R / C)
     } else {
-        accumulate_columns::<V, C>(weights, rows, stride, first, acc)
+        accumulate_columns::<V, C, T>(weights, rows, stride, first, acc)
     }
 }
 
-/// [`lane_accumulate`] for the `C` features `first ..` into `acc[..C]`, held in registers over
-/// all rows; returns `C`.
+/// [`lane_accumulate`] for the `C` features `first ..` into `acc[t][first..][..C]`, held in
+/// registers over all rows; returns `C`.
 #[inline(always)]
-fn accumulate_columns<V: Vector, const C: usize>(
-    weights: &[Lanes],
+fn accumulate_columns<V: Vector, const C: usize, const T: usize>(
+    weights: &[&[Lanes]; T],
     rows: &[f32],
     stride: usize,
     first: usize,
-    acc: &mut [Lanes],
+    acc: &mut [&mut [Lanes]; T],
 ) -> usize {
-    // A loop, not `array::from_fn`: a closure does not inherit the caller's target features.
-    let mut sums = [V::zero(); C];
-    for c in 0..C {
-        sums[c] = V::load(&acc[c]);
+    // Loops, not `array::from_fn`: a closure does not inherit the caller's target features.
+    let mut sums = [[V::zero(); C]; T];
+    for t in 0..T {
+        for c in 0..C {
+            sums[t][c] = V::load(&acc[t][first + c]);
+        }
     }
-    for (r, weight) in weights.iter().enumerate() {
-        add_weighted_row(&mut sums, weight, &rows[r * stride + first..][..C]);
+    let n = weights[0].len();
+    if n > 0 {
+        let last = (n - 1) * stride + first + C - 1;
+        assert!(last < rows.len(), "lane_accumulate reads element {last} of {}", rows.len());
     }
-    for (sum, out) in sums.into_iter().zip(acc) {
-        sum.store(out);
+    // SAFETY: the rows read below end at `last`, checked above, and every tile has `n` weights
+    // (checked by `lane_accumulate`). A pointer that steps by `stride` instead of a bounds test
+    // and an index computation per row: those are instructions beside the multiply-adds, and
+    // without them one tile's sums of 16 and 32 features ran at 168 GFLOP/s instead of 150-159
+    // on one thread of an Intel Xeon (Sapphire Rapids class).
+    let mut row = unsafe { rows.as_ptr().add(first) };
+    for r in 0..n {
+        let mut weight = [V::zero(); T];
+        for t in 0..T {
+            weight[t] = V::load(unsafe { weights[t].get_unchecked(r) });
+        }
+        for c in 0..C {
+            let x = V::splat(unsafe { *row.add(c) });
+            for (sums, weight) in sums.iter_mut().zip(weight) {
+                sums[c] = weight.mul_add(x, sums[c]);
+            }
+        }
+        row = row.wrapping_add(stride);
+    }
+    for t in 0..T {
+        for (sum, out) in sums[t].into_iter().zip(&mut acc[t][first..]) {
+            sum.store(out);
+        }
     }
     C
 }
@@ -271,42 +318,62 @@ mod tests {
         }
     }
 
-    #[test]
-    fn products_match_their_definitions_for_every_register_block_and_any_length() {
-        // 18 rows and 13 features: every block size leaves a remainder of 4, 2 or 1.
+    /// Both products of `T` tiles with `R` rows or features a group, against their definitions.
+    fn check_products<const R: usize, const T: usize>() {
+        // 18 rows and 13 features: every group size leaves a remainder of 4, 2 or 1.
         let (n, width, stride) = (18, 13, 14);
-        let tile: Vec<Lanes> = (0..width).map(|d| lanes(|i| (d * 16 + i) as f32 * 0.01)).collect();
+        let tiles: [Vec<Lanes>; T] =
+            std::array::from_fn(|t| (0..width).map(|d| lanes(|i| (d * 16 + i + 7 * t) as f32 * 0.01)).collect());
         let rows: Vec<f32> = (0..n * stride).map(|x| (x % 7) as f32 - 3.0).collect();
-        for nr in [2, 4, 6, 8] {
-            let mut out = vec![[f32::NAN; LANES]; n];
-            match nr {
-                2 => lane_dots::<Portable, 2>(&tile, &rows, stride, 1, &mut out),
-                4 => lane_dots::<Portable, 4>(&tile, &rows, stride, 1, &mut out),
-                6 => lane_dots::<Portable, 6>(&tile, &rows, stride, 1, &mut out),
-                _ => lane_dots::<Portable, 8>(&tile, &rows, stride, 1, &mut out),
-            }
+        let mut out: [Vec<Lanes>; T] = std::array::from_fn(|_| vec![[f32::NAN; LANES]; n]);
+        lane_dots::<Portable, R, T>(
+            std::array::from_fn(|t| &tiles[t][..]),
+            &rows,
+            stride,
+            1,
+            out.each_mut().map(|o| &mut o[..]),
+        );
+        for t in 0..T {
             for r in 0..n {
                 for i in 0..LANES {
-                    let want: f32 = (0..width).map(|d| tile[d][i] * rows[r * stride + d]).sum();
-                    assert!((out[r][i] - want).abs() < 1e-4, "dots nr {nr} r {r} lane {i}");
+                    let want: f32 = (0..width).map(|d| tiles[t][d][i] * rows[r * stride + d]).sum();
+                    assert!((out[t][r][i] - want).abs() < 1e-4, "dots R {R} T {T}: tile {t} row {r} lane {i}");
                 }
             }
-            for split in [false, true] {
-                let mut acc = vec![[1.0; LANES]; width];
-                match nr {
-                    2 => lane_accumulate::<Portable, 2>(&out, &rows, stride, &mut acc, split),
-                    4 => lane_accumulate::<Portable, 4>(&out, &rows, stride, &mut acc, split),
-                    6 => lane_accumulate::<Portable, 6>(&out, &rows, stride, &mut acc, split),
-                    _ => lane_accumulate::<Portable, 8>(&out, &rows, stride, &mut acc, split),
-                }
+        }
+        for split in [false, true] {
+            let mut acc: [Vec<Lanes>; T] = std::array::from_fn(|_| vec![[1.0; LANES]; width]);
+            lane_accumulate::<Portable, R, T>(
+                std::array::from_fn(|t| &out[t][..]),
+                &rows,
+                stride,
+                acc.each_mut().map(|a| &mut a[..]),
+                split,
+            );
+            for t in 0..T {
                 for d in 0..width {
                     for i in 0..LANES {
-                        let want: f32 = 1.0 + (0..n).map(|r| out[r][i] * rows[r * stride + d]).sum::<f32>();
-                        let error = (acc[d][i] - want).abs();
-                        assert!(error < 1e-3 * want.abs().max(1.0), "accumulate nr {nr} split {split} d {d} lane {i}");
+                        let want = 1.0 + (0..n).map(|r| out[t][r][i] * rows[r * stride + d]).sum::<f32>();
+                        let error = (acc[t][d][i] - want).abs();
+                        assert!(
+                            error < 1e-3 * want.abs().max(1.0),
+                            "accumulate R {R} T {T} split {split}: tile {t} feature {d} lane {i}"
+                        );
                     }
                 }
             }
         }
+    }
+
+    #[test]
+    fn products_match_their_definitions_for_every_group_size_tile_count_and_length() {
+        check_products::<2, 1>();
+        check_products::<3, 1>();
+        check_products::<4, 1>();
+        check_products::<6, 1>();
+        check_products::<8, 1>();
+        check_products::<2, 2>();
+        check_products::<3, 2>();
+        check_products::<8, 2>();
     }
 }

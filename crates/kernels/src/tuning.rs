@@ -13,10 +13,20 @@
 //! register or file reports: it is measured, once per instruction set, on first use (about a
 //! millisecond). `KERNELS_SPLIT_SUMS` overrides it. The split changes the order of the sums, so
 //! the outputs' last bits depend on it: where two processes must agree bit for bit, set it.
+//!
+//! How many tiles of 16 rows a task walks together ([`Tiles`]) is chosen by measurement too, per
+//! class of calls ([`Class`]: the pass, the instruction set, the head widths, causal or not):
+//! the first calls of a class run each candidate in turn, timed, and the fastest (per unit of
+//! work, the best of its runs) serves the class for the rest of the process. Those calls are
+//! real calls, not extra work. `KERNELS_TILES` (`1` or `2`) overrides it, for tests and
+//! measurements; [`tile_choices`] reports what was measured and chosen.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
 
-use crate::simd::{LANES, Level};
+use crate::dims::Dims;
+use crate::simd::{Isa, LANES, Level};
 
 /// The variable that overrides [`Tuning::step`]: a multiple of 16 from 16 to 4096.
 pub const STEP_VARIABLE: &str = "KERNELS_STEP";
@@ -101,6 +111,187 @@ fn split_from(variable: Option<&str>, times: impl FnOnce() -> (f64, f64)) -> boo
     half > SPLIT_WHEN_SLOWER * full
 }
 
+/// How many tiles of 16 rows (query rows, or keys) one task walks together. Two tiles broadcast
+/// each element of the rows they stream past once for two multiply-adds: half the loads per
+/// multiply-add, and twice the independent sums, which a core with two FMA units of the
+/// vector's width needs to keep both busy; a core with one loses nothing but pays for the
+/// larger working set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Tiles {
+    One,
+    Two,
+}
+
+impl Tiles {
+    pub const ALL: [Tiles; 2] = [Tiles::One, Tiles::Two];
+
+    /// Tiles walked together.
+    pub fn count(self) -> usize {
+        match self {
+            Tiles::One => 1,
+            Tiles::Two => 2,
+        }
+    }
+
+    fn parse(value: &str) -> Result<Tiles, String> {
+        match value.trim() {
+            "1" => Ok(Tiles::One),
+            "2" => Ok(Tiles::Two),
+            _ => Err(format!("{TILES_VARIABLE}={value:?} is neither 1 nor 2")),
+        }
+    }
+}
+
+/// The variable that fixes [`Tiles`] for every call: `1` or `2`.
+pub const TILES_VARIABLE: &str = "KERNELS_TILES";
+
+/// The kernel's passes, each measured on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Pass {
+    Forward,
+    /// The forward pass that also writes the probabilities: a second walk over the keys.
+    ForwardWithProbs,
+    Backward,
+}
+
+/// A class of calls that share one choice of [`Tiles`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Class {
+    pub pass: Pass,
+    /// The instruction set's name.
+    pub isa: &'static str,
+    /// The query/key and value widths, padded to a multiple of 4.
+    pub key_width: usize,
+    pub value_width: usize,
+    /// A causal call visits about half the key tiles of the others.
+    pub causal: bool,
+}
+
+/// What was measured for one class, and what it chose.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TileChoice {
+    pub class: Class,
+    /// Each candidate's best time per unit of work (nanoseconds per 1000 (row, key) pairs of a
+    /// (batch, head) pair), in the order of [`Tiles::ALL`]; `None` where it was not run.
+    pub nanos: [Option<f64>; 2],
+    /// The candidate that serves the class: `None` while it is still being measured.
+    pub chosen: Option<Tiles>,
+}
+
+/// Timed calls of each candidate before a class chooses, after one untimed call (the first
+/// call of a shape also pays for its buffers and page faults).
+const TRIALS: usize = 3;
+
+/// A class's measurements so far.
+#[derive(Debug, Default)]
+struct Trial {
+    calls: usize,
+    /// Seconds per unit of work of each timed call, per candidate.
+    times: [Vec<f64>; 2],
+    chosen: Option<Tiles>,
+}
+
+impl Trial {
+    /// The candidate the next call runs: the chosen one, else each candidate in turn.
+    fn next(&self, candidates: &[Tiles]) -> Tiles {
+        self.chosen.unwrap_or_else(|| {
+            if self.calls == 0 {
+                candidates[0]
+            } else {
+                *candidates.iter().min_by_key(|tiles| self.times[tiles.count() - 1].len()).expect("a candidate")
+            }
+        })
+    }
+
+    /// Records one call of `tiles`; once every candidate has [`TRIALS`] times, chooses the one
+    /// with the least best time.
+    fn record(&mut self, tiles: Tiles, seconds_per_unit: f64, candidates: &[Tiles]) {
+        self.calls += 1;
+        if self.chosen.is_some() || self.calls == 1 {
+            return;
+        }
+        self.times[tiles.count() - 1].push(seconds_per_unit);
+        if candidates.iter().all(|tiles| self.times[tiles.count() - 1].len() >= TRIALS) {
+            let best = |tiles: &Tiles| self.times[tiles.count() - 1].iter().copied().fold(f64::INFINITY, f64::min);
+            self.chosen = candidates.iter().copied().min_by(|a, b| best(a).total_cmp(&best(b)));
+        }
+    }
+}
+
+/// Every class measured so far.
+static TRIALS_BY_CLASS: Mutex<Option<HashMap<Class, Trial>>> = Mutex::new(None);
+
+/// The candidates measured on `isa`: two tiles only where a vector is one register (AVX-512),
+/// since an AVX2 vector is two registers that already share each broadcast, and the baseline
+/// has no FMA units to keep busy.
+pub fn tiles_to_measure(isa: Isa) -> &'static [Tiles] {
+    match isa.level() {
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => &Tiles::ALL,
+        _ => &[Tiles::One],
+    }
+}
+
+/// [`TILES_VARIABLE`]'s value, read once: `None` when unset (an invalid value is reported on
+/// stderr and ignored).
+fn forced_tiles() -> Option<Tiles> {
+    static FORCED: OnceLock<Option<Tiles>> = OnceLock::new();
+    *FORCED.get_or_init(|| {
+        let value = std::env::var(TILES_VARIABLE).ok().filter(|v| !v.is_empty())?;
+        Tiles::parse(&value).map_err(|error| eprintln!("warning: {error}; measuring")).ok()
+    })
+}
+
+/// Runs `run` with the [`Tiles`] of its class ([`TILES_VARIABLE`], else the measured choice,
+/// else the candidate the measurement needs next) and, while the class is being measured, times
+/// it.
+pub(crate) fn with_tiles<R>(pass: Pass, isa: Isa, dims: Dims, causal: bool, run: impl FnOnce(Tiles) -> R) -> R {
+    if let Some(tiles) = forced_tiles() {
+        return run(tiles);
+    }
+    let candidates = tiles_to_measure(isa);
+    if candidates.len() == 1 {
+        return run(candidates[0]);
+    }
+    let class = Class { pass, isa: isa.name(), key_width: dims.key_width(), value_width: dims.value_width(), causal };
+    let lock = || TRIALS_BY_CLASS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let (tiles, decided) = {
+        let mut trials = lock();
+        let trial = trials.get_or_insert_with(HashMap::new).entry(class).or_default();
+        (trial.next(candidates), trial.chosen.is_some())
+    };
+    if decided {
+        return run(tiles);
+    }
+    let start = Instant::now();
+    let out = run(tiles);
+    let units = (dims.pairs() * dims.query_len * dims.source_len).max(1) as f64;
+    let seconds_per_unit = start.elapsed().as_secs_f64() / units;
+    if let Some(trial) = lock().get_or_insert_with(HashMap::new).get_mut(&class) {
+        trial.record(tiles, seconds_per_unit, candidates);
+    }
+    out
+}
+
+/// What each class measured so far, and its choice, sorted by class.
+pub fn tile_choices() -> Vec<TileChoice> {
+    let trials = TRIALS_BY_CLASS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut choices: Vec<TileChoice> = trials
+        .iter()
+        .flatten()
+        .map(|(class, trial)| TileChoice {
+            class: *class,
+            nanos: std::array::from_fn(|i| {
+                let best = trial.times[i].iter().copied().fold(f64::INFINITY, f64::min);
+                best.is_finite().then_some(best * 1e12)
+            }),
+            chosen: trial.chosen,
+        })
+        .collect();
+    choices.sort_by_key(|choice| choice.class);
+    choices
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +322,46 @@ mod tests {
         for bad in ["0", "100", "8192", "x", "-16"] {
             let error = Tuning::parse_step(bad).unwrap_err();
             assert!(error.contains(STEP_VARIABLE) && error.contains(bad), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_class_runs_each_candidate_then_keeps_the_fastest() {
+        let candidates = &Tiles::ALL;
+        let mut trial = Trial::default();
+        // The first call is untimed; then the candidates take turns until each has TRIALS times.
+        let mut order = Vec::new();
+        for call in 0..1 + 2 * TRIALS {
+            let tiles = trial.next(candidates);
+            order.push(tiles);
+            let seconds = if tiles == Tiles::Two { 1.0 } else { 2.0 + call as f64 };
+            trial.record(tiles, seconds, candidates);
+        }
+        assert_eq!(order[0], Tiles::One);
+        for tiles in Tiles::ALL {
+            assert_eq!(order[1..].iter().filter(|&&t| t == tiles).count(), TRIALS, "{order:?}");
+        }
+        assert_eq!(trial.chosen, Some(Tiles::Two));
+        assert_eq!(trial.next(candidates), Tiles::Two, "the choice stays");
+        // The best time decides, not the last: a candidate slowed once still wins.
+        let mut trial = Trial::default();
+        for (tiles, seconds) in [(Tiles::One, 9.0), (Tiles::Two, 1.0), (Tiles::One, 1.5), (Tiles::Two, 50.0)] {
+            trial.record(tiles, seconds, candidates);
+        }
+        for _ in 0..TRIALS {
+            trial.record(Tiles::One, 1.5, candidates);
+            trial.record(Tiles::Two, 1.2, candidates);
+        }
+        assert_eq!(trial.chosen, Some(Tiles::Two));
+    }
+
+    #[test]
+    fn the_tiles_override_is_1_or_2() {
+        assert_eq!(Tiles::parse(" 2 "), Ok(Tiles::Two));
+        assert_eq!(Tiles::parse("1"), Ok(Tiles::One));
+        for bad in ["0", "3", "two", ""] {
+            let error = Tiles::parse(bad).unwrap_err();
+            assert!(error.contains(TILES_VARIABLE), "{error}");
         }
     }
 }
