@@ -181,3 +181,50 @@ pub fn gemm_gflops(n: usize, reps: Reps) -> Result<f64> {
     })?;
     Ok(2.0 * (n * n * n) as f64 / (timing.median_ms * 1e6))
 }
+
+/// The attention kernel's choices of tiles walked together, one line per class of calls
+/// (`kernels::tuning::tile_choices`): each candidate's best time per 1000 (row, key) pairs of a
+/// (batch, head) pair, and the one chosen, as a Markdown table.
+pub fn tile_choices_table() -> String {
+    let choices = kernels::tuning::tile_choices();
+    if choices.is_empty() {
+        return "tiles walked together: one candidate on this instruction set, nothing measured\n".into();
+    }
+    let mut table = String::from(
+        "| pass | isa | widths (key, value) | causal | one tile ns | two tiles ns | chosen |\n|---|---|---|---|---:|---:|---|\n",
+    );
+    for choice in choices {
+        let nanos = |n: Option<f64>| n.map_or("-".into(), |n| format!("{n:.1}"));
+        let class = choice.class;
+        table.push_str(&format!(
+            "| {:?} | {} | {}, {} | {} | {} | {} | {} |\n",
+            class.pass,
+            class.isa,
+            class.key_width,
+            class.value_width,
+            if class.causal { "yes" } else { "no" },
+            nanos(choice.nanos[0]),
+            nanos(choice.nanos[1]),
+            choice.chosen.map_or("measuring".into(), |tiles| format!("{}", tiles.count())),
+        ));
+    }
+    table
+}
+
+/// [`tile_choices_table`]'s rows as JSON.
+pub fn tile_choices_json() -> serde_json::Value {
+    kernels::tuning::tile_choices()
+        .into_iter()
+        .map(|choice| {
+            serde_json::json!({
+                "pass": format!("{:?}", choice.class.pass),
+                "isa": choice.class.isa,
+                "key_width": choice.class.key_width,
+                "value_width": choice.class.value_width,
+                "causal": choice.class.causal,
+                "ns_per_1000_pairs": choice.nanos,
+                "chosen_tiles": choice.chosen.map(|tiles| tiles.count()),
+            })
+        })
+        .collect()
+}
