@@ -105,6 +105,12 @@ mod compiled {
                     super::super::row_block::<$vector, $nr>(tile, rows)
                 }
 
+                /// The tile products alone, GFLOP/s on one thread ([`tile_product_rates`]).
+                #[target_feature(enable = $features)]
+                pub unsafe fn tile_product_rates(width: usize, rows: usize) -> ProductRates {
+                    super::super::tile_product_rates::<$vector, $nr, $np>(width, rows)
+                }
+
                 /// Seconds per multiply-add of `NR` chains and of `NR / 2` ([`split_sums`]): the
                 /// best of three interleaved rounds of about 0.1 ms each.
                 #[target_feature(enable = $features)]
@@ -235,42 +241,41 @@ fn forward_with(
     if !dims.is_empty() {
         // Per pair, its tiles of 16 rows in groups of `tiles.count()` walked together.
         let group = tiles.count();
-        output
-            .par_chunks_mut(padded_t * wv)
-            .zip(row_max.par_chunks_mut(padded_t))
-            .zip(inv_row_sum.par_chunks_mut(padded_t))
-            .zip(probs_tiles.par_chunks_mut(row_blocks))
-            .enumerate()
-            .flat_map(|(pair, (((output, row_max), inv_row_sum), probs))| {
-                output
-                    .par_chunks_mut(group * LANES * wv)
-                    .zip(row_max.par_chunks_mut(group * LANES))
-                    .zip(inv_row_sum.par_chunks_mut(group * LANES))
-                    .zip(probs.par_chunks_mut(group))
-                    .enumerate()
-                    .map(move |(g, outputs)| (pair, g * group, outputs))
-            })
-            .for_each_init(
-                || Scratch::new(dims, isa),
-                |scratch, (pair, first_block, (((output, row_max), inv_row_sum), probs))| {
-                    let inputs = ForwardInputs {
-                        dims,
-                        query_t: &query_t[(pair * row_blocks + first_block) * wk..][..probs.len() * wk],
-                        key_rows: &key_rows[pair * padded_s * wk..][..padded_s * wk],
-                        value_rows: &value_rows[pair * padded_s * wv..][..padded_s * wv],
-                        mask: &mask,
-                        pair,
-                        first_block,
-                    };
-                    let blocks = probs.len();
-                    let outputs = (output, row_max, inv_row_sum, probs);
-                    if blocks == 2 {
-                        dispatch!(isa, forward_tile::<2>(inputs.job(outputs), scratch));
-                    } else {
-                        dispatch!(isa, forward_tile::<1>(inputs.job(outputs), scratch));
-                    }
-                },
-            );
+        let mut groups = Vec::with_capacity(pairs * row_blocks.div_ceil(group));
+        let per_pair = output
+            .chunks_mut(padded_t * wv)
+            .zip(row_max.chunks_mut(padded_t))
+            .zip(inv_row_sum.chunks_mut(padded_t))
+            .zip(probs_tiles.chunks_mut(row_blocks));
+        for (pair, (((output, row_max), inv_row_sum), probs)) in per_pair.enumerate() {
+            let per_group = output
+                .chunks_mut(group * LANES * wv)
+                .zip(row_max.chunks_mut(group * LANES))
+                .zip(inv_row_sum.chunks_mut(group * LANES))
+                .zip(probs.chunks_mut(group));
+            groups.extend(per_group.enumerate().map(|(g, outputs)| (pair, g * group, outputs)));
+        }
+        groups.into_par_iter().with_min_len(TILES_PER_TASK / group).for_each_init(
+            || Scratch::new(dims, isa),
+            |scratch, (pair, first_block, (((output, row_max), inv_row_sum), probs))| {
+                let inputs = ForwardInputs {
+                    dims,
+                    query_t: &query_t[(pair * row_blocks + first_block) * wk..][..probs.len() * wk],
+                    key_rows: &key_rows[pair * padded_s * wk..][..padded_s * wk],
+                    value_rows: &value_rows[pair * padded_s * wv..][..padded_s * wv],
+                    mask: &mask,
+                    pair,
+                    first_block,
+                };
+                let blocks = probs.len();
+                let outputs = (output, row_max, inv_row_sum, probs);
+                if blocks == 2 {
+                    dispatch!(isa, forward_tile::<2>(inputs.job(outputs), scratch));
+                } else {
+                    dispatch!(isa, forward_tile::<1>(inputs.job(outputs), scratch));
+                }
+            },
+        );
     } else {
         // No key (or no row): every output and statistic is 0.
         [&mut output, &mut row_max, &mut inv_row_sum].into_iter().for_each(|buffer| buffer.fill(0.0));
@@ -363,43 +368,38 @@ fn backward_with(isa: Isa, tiles: Tiles, saved: &Forward, output_grad: &[f32], f
                 );
             rows_from_lanes(isa, &query_grad_t, wk, &mut query_grad);
         } else {
-            key_grad
-                .par_chunks_mut(padded_s * key_dim)
-                .zip(value_grad.par_chunks_mut(padded_s * value_dim))
-                .enumerate()
-                .flat_map(|(pair, (key_grad, value_grad))| {
-                    key_grad
-                        .par_chunks_mut(group * LANES * key_dim)
-                        .zip(value_grad.par_chunks_mut(group * LANES * value_dim))
-                        .enumerate()
-                        .map(move |(g, grads)| (pair, g * group, grads))
-                })
-                .for_each_init(
-                    || Scratch::new(dims, isa),
-                    |scratch, (pair, first_block, (key_grad, value_grad))| {
-                        inputs.run(isa, pair, first_block, (key_grad, value_grad, None), scratch);
-                    },
-                );
+            let mut groups = Vec::with_capacity(pairs * key_blocks.div_ceil(group));
+            let per_pair = key_grad.chunks_mut(padded_s * key_dim).zip(value_grad.chunks_mut(padded_s * value_dim));
+            for (pair, (key_grad, value_grad)) in per_pair.enumerate() {
+                let per_group =
+                    key_grad.chunks_mut(group * LANES * key_dim).zip(value_grad.chunks_mut(group * LANES * value_dim));
+                groups.extend(per_group.enumerate().map(|(g, grads)| (pair, g * group, grads)));
+            }
+            groups.into_par_iter().with_min_len(TILES_PER_TASK / group).for_each_init(
+                || Scratch::new(dims, isa),
+                |scratch, (pair, first_block, (key_grad, value_grad))| {
+                    inputs.run(isa, pair, first_block, (key_grad, value_grad, None), scratch);
+                },
+            );
             // dq by a pass of its own, 16 query rows at a time.
             let mut grad_t = Buffer::overwritten(pairs * row_blocks * wv); // [pairs, Tb, Wv] lanes
             lanes_from_rows(isa, &grad_rows, wv, &mut grad_t);
             let query_inputs = QueryInputs { saved, grad_t: &grad_t, row_dot: &row_dot };
-            query_grad
-                .par_chunks_mut(padded_t * wk)
-                .enumerate()
-                .flat_map(|(pair, query_grad)| {
-                    query_grad.par_chunks_mut(group * LANES * wk).enumerate().map(move |(g, dq)| (pair, g * group, dq))
-                })
-                .for_each_init(
-                    || Scratch::new(dims, isa),
-                    |scratch, (pair, first_block, query_grad)| {
-                        if query_grad.len() == 2 * LANES * wk {
-                            dispatch!(isa, query_tile::<2>(query_inputs.job(pair, first_block, query_grad), scratch));
-                        } else {
-                            dispatch!(isa, query_tile::<1>(query_inputs.job(pair, first_block, query_grad), scratch));
-                        }
-                    },
-                );
+            let mut groups = Vec::with_capacity(pairs * row_blocks.div_ceil(group));
+            for (pair, query_grad) in query_grad.chunks_mut(padded_t * wk).enumerate() {
+                let per_group = query_grad.chunks_mut(group * LANES * wk).enumerate();
+                groups.extend(per_group.map(|(g, dq)| (pair, g * group, dq)));
+            }
+            groups.into_par_iter().with_min_len(TILES_PER_TASK / group).for_each_init(
+                || Scratch::new(dims, isa),
+                |scratch, (pair, first_block, query_grad)| {
+                    if query_grad.len() == 2 * LANES * wk {
+                        dispatch!(isa, query_tile::<2>(query_inputs.job(pair, first_block, query_grad), scratch));
+                    } else {
+                        dispatch!(isa, query_tile::<1>(query_inputs.job(pair, first_block, query_grad), scratch));
+                    }
+                },
+            );
         }
     } else {
         [&mut query_grad, &mut key_grad, &mut value_grad].into_iter().for_each(|buffer| buffer.fill(0.0));
@@ -457,6 +457,96 @@ fn split_sums(isa: Isa) -> bool {
 /// Per-task buffers, reused across the tiles a task runs.
 /// The most tiles a task walks together ([`Tiles`]).
 const MAX_TILES: usize = 2;
+
+/// The fewest tiles of 16 rows one of rayon's tasks runs: a tile of a narrow head is a few
+/// microseconds of work, and each task sets up a [`Scratch`] of its own. The groups of tiles
+/// of all pairs are one flat list for the same reason: a parallel loop per pair nested in one
+/// over pairs split the seed's forward pass into hundreds of tasks (1.52 ms against 1.22 ms for
+/// the kernel alone, two tiles, 2 threads of an Intel Xeon).
+const TILES_PER_TASK: usize = 4;
+
+/// The tile products' rates on one thread, in GFLOP/s, with their operands in L1: the dot
+/// products (`q kᵀ`) and the weighted sums (`P v`) of one tile and of two walked together, and
+/// the FMA units' own rate (16 independent chains), for comparing the loops with the
+/// processor's peak and with a model of it. Not part of the API (the `tile_rates` example).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub struct ProductRates {
+    pub dots: [f64; MAX_TILES],
+    pub sums: [f64; MAX_TILES],
+    pub fma_peak: f64,
+}
+
+/// [`ProductRates`] on `isa` for tiles of `width` features against `rows` rows: the best of
+/// seven rounds of about a millisecond each.
+#[doc(hidden)]
+pub fn product_rates(isa: Isa, width: usize, rows: usize) -> ProductRates {
+    match isa.level() {
+        Level::Portable => tile_product_rates::<Portable, 2, 2>(width, rows),
+        // SAFETY: every `Isa` is made by a constructor that checked the CPU for its
+        // instruction set, which the function is compiled for.
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx2 => unsafe { compiled::avx2::tile_product_rates(width, rows) },
+        #[cfg(target_arch = "x86_64")]
+        Level::Avx512 => unsafe { compiled::avx512::tile_product_rates(width, rows) },
+    }
+}
+
+/// The best of seven rounds of about a millisecond of `$call`, in seconds per call. A macro, not
+/// a closure: a closure does not inherit its caller's target features, and the products in one
+/// would run without their instruction set.
+macro_rules! best_seconds {
+    ($call:expr) => {{
+        let mut best = f64::INFINITY;
+        for _ in 0..7 {
+            let start = std::time::Instant::now();
+            let mut calls = 0;
+            while calls < 4 || start.elapsed().as_secs_f64() < 1e-3 {
+                $call;
+                calls += 1;
+            }
+            best = best.min(start.elapsed().as_secs_f64() / calls as f64);
+        }
+        best
+    }};
+}
+
+#[inline(always)]
+fn tile_product_rates<V: Vector, const NR: usize, const NP: usize>(width: usize, rows: usize) -> ProductRates {
+    let tiles: [Vec<Lanes>; MAX_TILES] =
+        std::array::from_fn(|t| (0..width).map(|d| lanes(|i| ((d + i + t) % 7) as f32 * 0.1)).collect());
+    let data: Vec<f32> = (0..rows * width).map(|x| (x % 5) as f32 * 0.2).collect(); // [rows, width]
+    let [mut first, mut second] = [vec![[0.0; LANES]; rows], vec![[0.0; LANES]; rows]]; // [rows] lanes
+    let [mut sum_first, mut sum_second] = [vec![[0.0; LANES]; width], vec![[0.0; LANES]; width]]; // [width] lanes
+    let flops = (2 * rows * width * LANES) as f64;
+    let dots_1 = best_seconds!(dots::<V, NR, NP, 1>([&tiles[0]], &data, width, &mut [&mut first[..]]));
+    let dots_2 = best_seconds!(dots::<V, NR, NP, 2>(
+        [&tiles[0], &tiles[1]],
+        &data,
+        width,
+        &mut [&mut first[..], &mut second[..]]
+    ));
+    let sums_1 = best_seconds!(accumulate::<V, NR, NP, 1>([&first], &data, width, &mut [&mut sum_first[..]], false));
+    let sums_2 = best_seconds!(accumulate::<V, NR, NP, 2>(
+        [&first, &second],
+        &data,
+        width,
+        &mut [&mut sum_first[..], &mut sum_second[..]],
+        false
+    ));
+    std::hint::black_box((&first, &second, &sum_first, &sum_second));
+    let mut chain = f64::INFINITY;
+    for _ in 0..3 {
+        chain = chain.min(crate::tile::multiply_add_time::<V, 16>(2_000_000));
+    }
+    // A `Vector` is 16 lanes whatever its registers: 32 FLOPs a multiply-add.
+    let vector_flops = (2 * LANES) as f64;
+    ProductRates {
+        dots: [flops / dots_1 / 1e9, 2.0 * flops / dots_2 / 1e9],
+        sums: [flops / sums_1 / 1e9, 2.0 * flops / sums_2 / 1e9],
+        fma_peak: vector_flops / chain / 1e9,
+    }
+}
 
 /// Per-task buffers, reused across the tiles a task runs: [`MAX_TILES`] equal parts each, one
 /// for each tile walked together ([`per_tile`]).
