@@ -4,22 +4,24 @@
     python3 xtask/python/compare_bench.py BEFORE.json AFTER.json [--names before after]
 
 For each row both runs measured (shape, mask, model, call, phase): each run's median time of
-ours and its ratio to the fastest reference of the same run (every round's medians of a side
-make its median, as the bench's own table does), then after / before of ours. A ratio is only
+ours and its ratio to the fastest reference of the same run (as the bench's own table computes
+them), then after / before of ours. A ratio is only
 ever taken inside one run, between sides measured in turns on the same threads; the last
 column compares two runs, so it carries the machine's drift between them.
 """
 
 import argparse
 import json
-import statistics
 import sys
 
 
 def rows(path):
-    """{(shape, mask, model, call, phase): (ours ms, ours / fastest reference)} of one run."""
+    """{(shape, mask, model, call, phase): (ours ms, ours / fastest reference)} of one run, as the
+    bench's own table computes them: ours' median over all its samples, and the fastest of the
+    reference's medians for the same case and phase."""
     with open(path) as f:
         run = json.load(f)
+    references = (run.get("reference") or {}).get("results") or []
     found = {}
     for row in run["rows"]:
         if row["series"] != "sweep":
@@ -27,12 +29,11 @@ def rows(path):
         case = row["case"]
         s = case["shape"]
         shape = f"{s['batch']},{s['seq_len']},{s['features']},{s['heads']}x{s['key_dim']}"
-        ours_rounds = row["rounds"]["ours"]
-        ours = statistics.median(ours_rounds) if ours_rounds else row["timing"]["median_ms"]
-        references = row["rounds"].get("references") or {}
-        fastest = min((statistics.median(r) for r in references.values() if r), default=None)
+        ours = row["timing"]["median_ms"]
+        times = [r["median_ms"] for r in references
+                 if r.get("case") == case and r.get("phase") == row["phase"] and r.get("median_ms")]
         key = (shape, case["mask"], case["model"], case["call"], row["phase"])
-        found[key] = (ours, ours / fastest if fastest else None)
+        found[key] = (ours, ours / min(times) if times else None)
     return found, run.get("processor", {}).get("model", "?")
 
 
