@@ -939,7 +939,7 @@ impl<'a> KeyValueInputs<'a> {
     /// The key blocks `first_block ..` of pair `pair` that `outputs` holds (one or two), walked
     /// together, writing into `outputs`.
     fn run(&self, isa: Isa, pair: usize, first_block: usize, outputs: KeyValueOutputs, scratch: &mut Scratch) {
-        if self.dims.key_blocks() - first_block >= 2 && outputs.0.len() == 2 * LANES * self.dims.key_dim {
+        if outputs.0.len() == 2 * LANES * self.dims.key_dim {
             dispatch!(isa, key_value_tile::<2>(self.job(pair, first_block, outputs), scratch));
         } else {
             dispatch!(isa, key_value_tile::<1>(self.job(pair, first_block, outputs), scratch));

@@ -22,7 +22,7 @@
 //! measurements; [`tile_choices`] reports what was measured and chosen.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use crate::dims::Dims;
@@ -219,7 +219,12 @@ impl Trial {
 }
 
 /// Every class measured so far.
-static TRIALS_BY_CLASS: Mutex<Option<HashMap<Class, Trial>>> = Mutex::new(None);
+static TRIALS_BY_CLASS: LazyLock<Mutex<HashMap<Class, Trial>>> = LazyLock::new(Mutex::default);
+
+/// [`TRIALS_BY_CLASS`], locked (a panic while it was held left nothing half-written).
+fn trials() -> MutexGuard<'static, HashMap<Class, Trial>> {
+    TRIALS_BY_CLASS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// The candidates measured on `isa`: two tiles only where a vector is one register (AVX-512),
 /// since an AVX2 vector is two registers that already share each broadcast, and the baseline
@@ -255,10 +260,9 @@ pub(crate) fn with_tiles<R>(pass: Pass, isa: Isa, dims: Dims, causal: bool, run:
         return run(candidates[0]);
     }
     let class = Class { pass, isa: isa.name(), key_width: dims.key_width(), value_width: dims.value_width(), causal };
-    let lock = || TRIALS_BY_CLASS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let (tiles, decided) = {
-        let mut trials = lock();
-        let trial = trials.get_or_insert_with(HashMap::new).entry(class).or_default();
+        let mut trials = trials();
+        let trial = trials.entry(class).or_default();
         (trial.next(candidates), trial.chosen.is_some())
     };
     if decided {
@@ -268,7 +272,7 @@ pub(crate) fn with_tiles<R>(pass: Pass, isa: Isa, dims: Dims, causal: bool, run:
     let out = run(tiles);
     let units = (dims.pairs() * dims.query_len * dims.source_len).max(1) as f64;
     let seconds_per_unit = start.elapsed().as_secs_f64() / units;
-    if let Some(trial) = lock().get_or_insert_with(HashMap::new).get_mut(&class) {
+    if let Some(trial) = trials().get_mut(&class) {
         trial.record(tiles, seconds_per_unit, candidates);
     }
     out
@@ -276,10 +280,8 @@ pub(crate) fn with_tiles<R>(pass: Pass, isa: Isa, dims: Dims, causal: bool, run:
 
 /// What each class measured so far, and its choice, sorted by class.
 pub fn tile_choices() -> Vec<TileChoice> {
-    let trials = TRIALS_BY_CLASS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let mut choices: Vec<TileChoice> = trials
+    let mut choices: Vec<TileChoice> = trials()
         .iter()
-        .flatten()
         .map(|(class, trial)| TileChoice {
             class: *class,
             nanos: std::array::from_fn(|i| {
