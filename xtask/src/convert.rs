@@ -28,7 +28,7 @@ it with OUT.safetensors loaded strictly), OUT.safetensors and OUT.probe.safetens
 inputs and Burn's output of every node: `python3 OUT.py` names the first node where torch and
 Burn differ). The printout lists every node with its parameter count and its torch construct.
 With --to burn and no --layer: OUT.bpk, a burnpack of the whole model (its variables and its
-config) that `cargo xtask predict` and `model::keras::KerasModel::from_file` load.";
+config) that `cargo xtask predict` and `keras::KerasModel::from_file` load.";
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -67,9 +67,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let whole_model =
         args.layer.is_none() && matches!(target, Target::Torch | Target::Burn) && is_keras_archive(&args.input);
     let report = if whole_model && target == Target::Torch {
-        train::convert_model::convert_model_to_torch(&args.input, args.out)?
+        keras::convert::convert_model_to_torch(&args.input, args.out)?
     } else if whole_model {
-        train::convert_model::convert_model_to_burn(&args.input, args.out)?
+        keras::convert::convert_model_to_burn(&args.input, args.out)?
     } else {
         convert(&args.input, target, args.layer.as_deref(), args.num_heads, args.out)?.to_string()
     };

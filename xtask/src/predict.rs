@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
-use model::keras::{DynTensor, KerasModel};
+use keras::{DynTensor, KerasModel};
 use model::{Backend, TensorFile, WeightMap};
 
 pub const LONG_ABOUT: &str = "Runs a whole Keras 3 model (.keras archive) in Burn on the inputs \

@@ -40,11 +40,11 @@ pub enum ModelError {
 }
 
 impl ModelError {
-    pub(crate) fn config(field: &'static str, value: impl std::fmt::Display, reason: impl Into<String>) -> Self {
+    pub fn config(field: &'static str, value: impl std::fmt::Display, reason: impl Into<String>) -> Self {
         Self::InvalidConfig { field, value: value.to_string(), reason: reason.into() }
     }
 
-    pub(crate) fn file(path: impl Into<PathBuf>, message: impl std::fmt::Display) -> Self {
+    pub fn file(path: impl Into<PathBuf>, message: impl std::fmt::Display) -> Self {
         Self::File { path: path.into(), message: message.to_string() }
     }
 }

@@ -38,9 +38,9 @@ const SUBLAYERS: [(&str, &str); 4] =
     [("query_dense", "query"), ("key_dense", "key"), ("value_dense", "value"), ("output_dense", "attention_output")];
 
 /// Every sublayer's HDF5 group and this crate's name for it, the gate last.
-pub(crate) const ATTENTION_SUBLAYERS: [(&str, &str); 5] =
+pub const ATTENTION_SUBLAYERS: [(&str, &str); 5] =
     [SUBLAYERS[0], SUBLAYERS[1], SUBLAYERS[2], SUBLAYERS[3], GATE];
-pub(crate) const ATTENTION_GATE: &str = GATE.0;
+pub const ATTENTION_GATE: &str = GATE.0;
 
 /// The sublayer `use_gate` adds.
 const GATE: (&str, &str) = ("_gate_dense", "gate"); // no public property: Keras keeps the underscore
@@ -121,7 +121,7 @@ fn read_archive(path: &Path, bytes: Vec<u8>) -> Result<Vec<KerasFileEntry>> {
 }
 
 /// A `.keras` archive's `config.json` and `model.weights.h5`, each read or a file error.
-pub(crate) fn open_archive(path: &Path, bytes: Vec<u8>) -> Result<(Value, hdf5_pure::File)> {
+pub fn open_archive(path: &Path, bytes: Vec<u8>) -> Result<(Value, hdf5_pure::File)> {
     let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
         .map_err(|e| ModelError::file(path, format!("not a readable zip archive: {e}")))?;
     let mut member = |name: &str| -> Result<Vec<u8>> {
@@ -230,7 +230,7 @@ fn layer_name(h5: &hdf5_pure::File, path: &str) -> Option<String> {
 }
 
 /// The four sublayers' variables of the attention layer at `path`.
-pub(crate) fn read_attention_weights(file: &Path, h5: &hdf5_pure::File, path: &str, name: &str) -> Result<WeightMap> {
+pub fn read_attention_weights(file: &Path, h5: &hdf5_pure::File, path: &str, name: &str) -> Result<WeightMap> {
     let context = |what: &str, e: &dyn std::fmt::Display| ModelError::file(file, format!("layer {name}: {what}: {e}"));
     let mut weights = WeightMap::new();
     let has_gate = h5.group(&format!("{path}/{}", GATE.0)).is_ok();
@@ -266,7 +266,7 @@ pub(crate) fn read_attention_weights(file: &Path, h5: &hdf5_pure::File, path: &s
 /// The layer's config from its constructor arguments, checked against its variables: an
 /// argument this crate cannot honour, or weights that do not match the arguments, are errors
 /// naming the layer.
-pub(crate) fn config_from_arguments(
+pub fn config_from_arguments(
     file: &Path,
     name: &str,
     arguments: &Value,
@@ -470,7 +470,7 @@ fn output_width(value: &Value) -> std::result::Result<Option<usize>, String> {
 }
 
 /// `name` or `name_N`, as Keras' `_get_unique_name` numbers repeats within one list.
-pub(crate) fn unique_name(name: String, used: &mut HashMap<String, usize>) -> String {
+pub fn unique_name(name: String, used: &mut HashMap<String, usize>) -> String {
     match used.get_mut(&name) {
         Some(count) => {
             *count += 1;
@@ -485,7 +485,7 @@ pub(crate) fn unique_name(name: String, used: &mut HashMap<String, usize>) -> St
 
 /// Keras' `naming.to_snake_case`: drop non-word characters, `_` before an upper-case letter that
 /// starts a lower-case run or follows a lower-case letter, then lower-case everything.
-pub(crate) fn snake_case(name: &str) -> String {
+pub fn snake_case(name: &str) -> String {
     let chars: Vec<char> = name.chars().filter(|c| c.is_alphanumeric() || *c == '_').collect();
     let mut out = String::with_capacity(chars.len() + 4);
     for (i, &c) in chars.iter().enumerate() {

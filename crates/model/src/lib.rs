@@ -16,7 +16,6 @@ pub mod dense;
 pub mod error;
 pub mod fixture;
 pub mod initializer;
-pub mod keras;
 pub mod keras_file;
 pub mod keras_mha;
 pub mod keras_nd;

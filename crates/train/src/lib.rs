@@ -4,7 +4,6 @@
 pub mod bench;
 pub mod config;
 pub mod convert;
-pub mod convert_model;
 pub mod export;
 mod figure;
 pub mod loss;

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use burn::optim::GradientsParams;
 use burn::tensor::{Int, Tensor, TensorData};
-use model::keras::{DynTensor, KerasModel};
+use keras::{DynTensor, KerasModel};
 use model::{Backend, TensorFile, WeightMap};
 use train::models::gradients_as_module;
 use train::optim::OptimizerConfig;

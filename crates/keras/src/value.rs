@@ -9,9 +9,9 @@
 
 use burn::tensor::{Device, Shape, Slice, Tensor, TensorData, activation};
 
-use crate::error::{ModelError, Result};
-use crate::nd_mask::broadcast_shape;
-use crate::weights::HostTensor;
+use model::error::{ModelError, Result};
+use model::nd_mask::broadcast_shape;
+use model::weights::HostTensor;
 
 /// The largest rank a Keras tensor may have here: `[B, a_1, ..., a_4, D]`.
 pub const MAX_RANK: usize = 6;

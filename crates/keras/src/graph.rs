@@ -16,7 +16,7 @@
 //! names the layer).
 //!
 //! Weights: Keras saves a layer's variables under a path built from *class names*
-//! (`layers/<snake_case(class)>[_N]`, see [`crate::keras_file`]); operation nodes are not layers
+//! (`layers/<snake_case(class)>[_N]`, see [`model::keras_file`]); operation nodes are not layers
 //! and take no path, and a `Sequential`'s input layer is not among its layers.
 
 use std::collections::HashMap;
@@ -24,8 +24,8 @@ use std::path::Path;
 
 use serde_json::Value as Json;
 
-use crate::error::{ModelError, Result};
-use crate::keras_file::{snake_case, unique_name};
+use model::error::{ModelError, Result};
+use model::keras_file::{snake_case, unique_name};
 
 /// One output of one call: `graph.nodes[node]`'s `index`-th output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! `keras.layers.MultiHeadAttention` inside a model: this crate's Keras-exact layer
-//! ([`crate::KerasMha`], on the fused kernel) with the masks the graph hands it.
+//! ([`model::KerasMha`], on the fused kernel) with the masks the graph hands it.
 //!
 //! Keras reads the query's, value's and key's masks off the tensors (a `key` left out is the
 //! value, mask included), and hands the query's mask on to the output; the scores, when
@@ -11,13 +11,13 @@ use burn::module::Module;
 use burn::tensor::{Bool, Device, Tensor};
 
 use super::Call;
-use crate::error::Result;
-use crate::keras::config::LayerArgs;
-use crate::keras::graph::LayerSpec;
-use crate::keras::saved::SavedWeights;
-use crate::keras::value::{DynTensor, Value};
-use crate::keras_file::config_from_arguments;
-use crate::{KerasMha, KerasMhaInput, KerasMhaNdInput, NdMask};
+use model::error::Result;
+use crate::config::LayerArgs;
+use crate::graph::LayerSpec;
+use crate::saved::SavedWeights;
+use crate::value::{DynTensor, Value};
+use model::keras_file::config_from_arguments;
+use model::{KerasMha, KerasMhaInput, KerasMhaNdInput, NdMask};
 
 #[derive(Module, Debug)]
 pub struct Attention {
@@ -58,7 +58,7 @@ impl Attention {
                 .return_attention_scores(scores_wanted);
             input.key = key.map(|k| k.tensor.rank_n::<3>("key")).transpose()?;
             input.attention_mask = attention_mask
-                .map(|m| Ok::<_, crate::ModelError>(m.rank_n::<3>("attention_mask [B, T, S]")?.not_equal_elem(0.0)))
+                .map(|m| Ok::<_, model::ModelError>(m.rank_n::<3>("attention_mask [B, T, S]")?.not_equal_elem(0.0)))
                 .transpose()?;
             input.query_mask = bool2(query.mask.clone())?;
             input.value_mask = bool2(value.mask.clone())?;

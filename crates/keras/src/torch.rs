@@ -22,11 +22,11 @@ use super::layers::merge::Merge;
 use super::layers::pooling::Pooling;
 use super::layers::reshape::Reshape;
 use super::layers::{Layer, Stateless, StatelessKind};
-use super::model::KerasModel;
+use super::executor::KerasModel;
 use super::ops::Operation;
 use super::value::{Binary, DType, Reduce, Unary};
-use crate::error::{ModelError, Result};
-use crate::weights::{HostTensor, WeightMap};
+use model::error::{ModelError, Result};
+use model::weights::{HostTensor, WeightMap};
 
 const PRELUDE: &str = include_str!("torch_prelude.py");
 
@@ -208,7 +208,7 @@ pub fn torch_export(model: &KerasModel, ranks: &[usize], weights_file: &str, pro
                 let layer = &a.layer;
                 let query_port = port_arg(node, 0, "query").ok_or_else(|| refuse("no query tensor"))?;
                 let rank = ranks.get(query_port.node).copied().unwrap_or(3);
-                let axes = crate::keras_mha::resolve_attention_axes(layer.attention_axes.as_deref(), rank)
+                let axes = model::keras_mha::resolve_attention_axes(layer.attention_axes.as_deref(), rank)
                     .map_err(|e| refuse(&e.to_string()))?;
                 if layer.gate.is_some() || layer.sliding_window.is_some() {
                     return Err(refuse("use_gate and sliding_window are not written for torch yet"));

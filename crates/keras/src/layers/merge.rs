@@ -5,9 +5,9 @@
 //! (all-true for an unmasked input) and keeps a step if any of its joined entries is kept.
 
 use super::Call;
-use crate::error::Result;
-use crate::keras::config::LayerArgs;
-use crate::keras::value::{Binary, DynTensor, Reduce, Value};
+use model::error::Result;
+use crate::config::LayerArgs;
+use crate::value::{Binary, DynTensor, Reduce, Value};
 
 #[derive(Debug, Clone)]
 pub enum Merge {
@@ -52,7 +52,7 @@ impl Merge {
                 let count = 1 + tensors.len();
                 let mut y = tensors.try_fold(first, |acc, t| DynTensor::binary(op, acc, t))?;
                 if matches!(self, Self::Average) {
-                    y = y.map(crate::keras::value::Unary::Scale(1.0 / count as f32));
+                    y = y.map(crate::value::Unary::Scale(1.0 / count as f32));
                 }
                 let mask = if masks.iter().all(Option::is_some) {
                     let mut masks = masks.into_iter().flatten();

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde_json::Value as Json;
 
-use crate::error::{ModelError, Result};
+use model::error::{ModelError, Result};
 
 /// Arguments that never change a trained layer's output.
 fn is_inert(name: &str, value: &Json) -> bool {

@@ -6,9 +6,9 @@
 //! `GlobalAveragePooling1D` averages over the unmasked steps only.
 
 use super::{Call, same_padding};
-use crate::error::Result;
-use crate::keras::config::LayerArgs;
-use crate::keras::value::{Binary, DynTensor, Reduce, Value};
+use model::error::Result;
+use crate::config::LayerArgs;
+use crate::value::{Binary, DynTensor, Reduce, Value};
 
 #[derive(Debug, Clone)]
 pub enum Pooling {

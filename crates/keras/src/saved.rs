@@ -6,8 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::error::{ModelError, Result};
-use crate::weights::{HostTensor, WeightMap};
+use model::error::{ModelError, Result};
+use model::weights::{HostTensor, WeightMap};
 
 use super::graph::LayerSpec;
 
@@ -30,15 +30,15 @@ impl SavedWeights {
     }
 
     /// An attention layer's four (or five, with `use_gate`) sublayers' variables, named as
-    /// [`crate::keras_file`] names them (`query.kernel`, ..., `attention_output.bias`).
+    /// [`model::keras_file`] names them (`query.kernel`, ..., `attention_output.bias`).
     pub fn attention_weights(&self, path: &str, name: &str) -> Result<WeightMap> {
         match &self.store {
-            Store::H5(h5) => crate::keras_file::read_attention_weights(&self.file, h5, path, name),
+            Store::H5(h5) => model::keras_file::read_attention_weights(&self.file, h5, path, name),
             Store::Paths(_) => {
                 let mut weights = WeightMap::new();
-                for (sublayer, ours) in crate::keras_file::ATTENTION_SUBLAYERS {
+                for (sublayer, ours) in model::keras_file::ATTENTION_SUBLAYERS {
                     let vars_path = format!("{path}/{sublayer}/vars");
-                    if sublayer == crate::keras_file::ATTENTION_GATE && !self.has(&vars_path) {
+                    if sublayer == model::keras_file::ATTENTION_GATE && !self.has(&vars_path) {
                         continue;
                     }
                     for (var, tensor) in ["kernel", "bias"].into_iter().zip(self.vars_at(&vars_path, name)?) {

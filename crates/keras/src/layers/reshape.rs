@@ -2,9 +2,9 @@
 //! None of them supports masking: a mask stops here, as in Keras.
 
 use super::Call;
-use crate::error::Result;
-use crate::keras::config::LayerArgs;
-use crate::keras::value::{Value, resolve_shape};
+use model::error::Result;
+use crate::config::LayerArgs;
+use crate::value::{Value, resolve_shape};
 
 #[derive(Debug, Clone)]
 pub enum Reshape {

@@ -10,12 +10,12 @@ use burn::tensor::ops::ConvOptions;
 use burn::tensor::{Device, Tensor, module::conv1d};
 
 use super::{Call, same_padding};
-use crate::error::Result;
-use crate::keras::activation::Activation;
-use crate::keras::config::LayerArgs;
-use crate::keras::saved::VarReader;
-use crate::keras::value::{DynTensor, Value};
-use crate::weights::HostTensor;
+use model::error::Result;
+use crate::activation::Activation;
+use crate::config::LayerArgs;
+use crate::saved::VarReader;
+use crate::value::{DynTensor, Value};
+use model::weights::HostTensor;
 
 #[derive(Module, Debug)]
 pub struct Conv1d {

@@ -27,8 +27,8 @@ use super::graph::LayerSpec;
 use super::ops::Operation;
 use super::saved::SavedWeights;
 use super::value::{DynTensor, Value};
-use crate::error::{ModelError, Result};
-use crate::weights::HostTensor;
+use model::error::{ModelError, Result};
+use model::weights::HostTensor;
 
 /// A call's argument with the tensors in place.
 #[derive(Debug, Clone)]
@@ -67,7 +67,7 @@ impl Call<'_> {
 
     /// Axis `a` (negative: from the end) of a rank-`rank` input.
     pub fn axis(&self, a: i64, rank: usize) -> Result<usize> {
-        crate::keras::config::axis(a, rank).ok_or_else(|| self.error(format!("axis {a} of a rank-{rank} input")))
+        crate::config::axis(a, rank).ok_or_else(|| self.error(format!("axis {a} of a rank-{rank} input")))
     }
 
     /// Every axis of `axes`, as [`Call::axis`].

@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use model::keras::torch::torch_export;
-use model::keras::{DType, DynTensor, KerasModel};
+use crate::torch::torch_export;
+use crate::{DType, DynTensor, KerasModel};
 use model::rng::Rng;
 use model::{Backend, HostTensor, TensorFile, WeightMap};
 
@@ -127,7 +127,7 @@ fn token_range(model: &KerasModel, input: &str) -> usize {
         .iter()
         .filter(|n| n.args.iter().flat_map(|a| a.ports()).any(|p| p.node == spec.node))
         .filter_map(|n| match &model.layers[n.layer] {
-            model::keras::layers::Layer::Embedding(e) => Some(e.embeddings.dims()[0]),
+            crate::layers::Layer::Embedding(e) => Some(e.embeddings.dims()[0]),
             _ => None,
         })
         .min()

@@ -11,8 +11,8 @@ use super::graph::{Arg, Graph, InputSpec};
 use super::layers::{Call, Input, Layer};
 use super::saved::{SavedWeights, Store};
 use super::value::{DType, DynTensor, Value};
-use crate::error::{ModelError, Result};
-use crate::weights::{HostTensor, WeightMap};
+use model::error::{ModelError, Result};
+use model::weights::{HostTensor, WeightMap};
 
 /// A Keras model: its layers as Burn modules and its graph of calls.
 #[derive(Module, Debug)]
@@ -42,7 +42,7 @@ impl KerasModel {
     pub fn from_file(path: &Path, device: &Device) -> Result<Self> {
         let bytes = std::fs::read(path).map_err(|e| ModelError::file(path, e))?;
         let (config, store) = if bytes.starts_with(b"PK") {
-            let (config, h5) = crate::keras_file::open_archive(path, bytes)?;
+            let (config, h5) = model::keras_file::open_archive(path, bytes)?;
             (config, Store::H5(h5))
         } else {
             read_burnpack(path, bytes)?
@@ -100,7 +100,7 @@ impl KerasModel {
                 Layer::LayerNorm(_) => push("", &["gamma", "beta"]),
                 Layer::BatchNorm(_) => push("", &["gamma", "beta", "moving_mean", "moving_variance"]),
                 Layer::Attention(_) => {
-                    for (group, ours) in crate::keras_file::ATTENTION_SUBLAYERS {
+                    for (group, ours) in model::keras_file::ATTENTION_SUBLAYERS {
                         push(&format!("/{group}"), &[&format!("{ours}/kernel"), &format!("{ours}/bias")]);
                     }
                 }
@@ -132,7 +132,7 @@ impl KerasModel {
             .with_metadata("format", "a whole Keras model: variables by their model.weights.h5 paths");
         let bytes =
             writer.into_bytes().map_err(|e| ModelError::file(path, format!("cannot encode burnpack: {e:?}")))?;
-        crate::weights::write_atomic(path, &bytes)
+        model::weights::write_atomic(path, &bytes)
     }
 
     /// Every variable under its Keras path (`dense/kernel`, `mha/query/kernel`; a nested model's
@@ -308,7 +308,7 @@ fn read_burnpack(path: &Path, bytes: Vec<u8>) -> Result<(serde_json::Value, Stor
         if dtype != burn_pack::DType::F32 {
             return Err(ModelError::file(path, format!("{name}: {dtype:?}, float32 expected")));
         }
-        let data = crate::weights::f32s_from_le_bytes(&bytes);
+        let data = model::weights::f32s_from_le_bytes(&bytes);
         map.insert(name, HostTensor::new(shape.iter().copied().collect(), data));
     }
     Ok((config, Store::Paths(map)))

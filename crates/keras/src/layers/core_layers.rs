@@ -6,12 +6,12 @@ use burn::tensor::{Device, EinsumOperand};
 use burn::tensor::{Distribution, Tensor, activation as act};
 
 use super::{Call, flat_tensor, keep_mask};
-use crate::error::Result;
-use crate::keras::activation::{Activation, elu};
-use crate::keras::config::LayerArgs;
-use crate::keras::saved::VarReader;
-use crate::keras::value::{Binary, DynTensor, Reduce, Unary, Value, map_rank};
-use crate::weights::HostTensor;
+use model::error::Result;
+use crate::activation::{Activation, elu};
+use crate::config::LayerArgs;
+use crate::saved::VarReader;
+use crate::value::{Binary, DynTensor, Reduce, Unary, Value, map_rank};
+use model::weights::HostTensor;
 
 /// `keras.layers.Dense`: `activation(x W + b)` over the last axis of an input of any rank.
 #[derive(Module, Debug)]
@@ -54,7 +54,7 @@ pub fn dense(x: DynTensor, kernel: Tensor<2>, bias: Option<Tensor<1>>) -> Result
     let [input, output] = kernel.dims();
     let rows = shape[..shape.len() - 1].iter().product::<usize>();
     if shape[shape.len() - 1] != input {
-        return Err(crate::ModelError::InputShape {
+        return Err(model::ModelError::InputShape {
             input: "dense",
             expected: format!("a last axis of {input}"),
             found: shape,
@@ -126,7 +126,7 @@ impl EinsumDense {
         let x = call.tensor(0, "inputs")?.tensor;
         let kernel = DynTensor::from(self.kernel.val()).reshape(&self.kernel_shape)?;
         let operands = |x: DynTensor, k: DynTensor| -> Vec<EinsumOperand> {
-            vec![crate::keras::value::with_rank!(x, t => t.into()), crate::keras::value::with_rank!(k, t => t.into())]
+            vec![crate::value::with_rank!(x, t => t.into()), crate::value::with_rank!(k, t => t.into())]
         };
         let ops = operands(x, kernel);
         let eq = self.equation.as_str();

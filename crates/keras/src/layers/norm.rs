@@ -5,11 +5,11 @@ use burn::module::{Module, Param, RunningState};
 use burn::tensor::{Device, Tensor};
 
 use super::{Call, flat_tensor, keep_mask};
-use crate::error::Result;
-use crate::keras::config::LayerArgs;
-use crate::keras::saved::VarReader;
-use crate::keras::value::{Binary, DynTensor, Reduce, Unary, Value};
-use crate::weights::HostTensor;
+use model::error::Result;
+use crate::config::LayerArgs;
+use crate::saved::VarReader;
+use crate::value::{Binary, DynTensor, Reduce, Unary, Value};
+use model::weights::HostTensor;
 
 /// `keras.layers.LayerNormalization(axis, epsilon, center, scale, rms_scaling)`.
 #[derive(Module, Debug)]

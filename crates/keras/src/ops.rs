@@ -8,7 +8,7 @@ use serde_json::Value as Json;
 use super::config::LayerArgs;
 use super::layers::{Call, Input};
 use super::value::{Binary, DType, DynTensor, Reduce, Unary, Value, resolve_shape};
-use crate::error::Result;
+use model::error::Result;
 
 /// Every operation class this converter runs, for the error on any other.
 const SUPPORTED: &str = "Add, Subtract, Multiply, Divide, TrueDivide, Power, Maximum, Minimum, Equal, NotEqual, Greater, GreaterEqual, Less, LessEqual, LogicalAnd, LogicalOr, LogicalXor, LogicalNot, Negative, Absolute, Abs, Square, Sqrt, Exp, Log, Tanh, Sigmoid, Relu, Gelu, Silu, Softmax, LogSoftmax, Sign, Floor, Round, Cast, Where, Clip, Matmul, Concatenate, Reshape, Transpose, ExpandDims, Squeeze, Mean, Sum, Max, Min, Prod, Any, All";
@@ -147,10 +147,10 @@ impl Operation {
                 (x.map(*op), dtype)
             }
             Self::Gelu { approximate } => {
-                let activation = crate::keras::activation::Activation::Gelu { approximate: *approximate };
+                let activation = crate::activation::Activation::Gelu { approximate: *approximate };
                 (activation.apply(operand(0)?.0), DType::Float)
             }
-            Self::Silu => (crate::keras::activation::Activation::Silu.apply(operand(0)?.0), DType::Float),
+            Self::Silu => (crate::activation::Activation::Silu.apply(operand(0)?.0), DType::Float),
             Self::Softmax { axis: a, log } => {
                 let x = operand(0)?.0;
                 let rank = x.rank();
