@@ -7,7 +7,7 @@ use anyhow::Result;
 use train::convert::{Target, convert, list_layers};
 
 /// The long help of `cargo xtask convert --help`.
-pub const LONG_ABOUT: &str = "\
+const ABOUT: &str = "\
 Convert one attention layer of a model file, read in pure Rust: a Keras 3 MultiHeadAttention
 (.keras archive or .weights.h5) or a PyTorch nn.MultiheadAttention (.pt / .pth state dict or
 checkpoint, read without executing pickled code; --num-heads gives the chosen layer's head count,
@@ -29,6 +29,11 @@ inputs and Burn's output of every node: `python3 OUT.py` names the first node wh
 Burn differ). The printout lists every node with its parameter count and its torch construct.
 With --to burn and no --layer: OUT.bpk, a burnpack of the whole model (its variables and its
 config) that `cargo xtask predict` and `keras::KerasModel::from_file` load.";
+
+/// The help text, with the layer classes a whole model may hold (from `keras`' registry).
+pub fn long_about() -> String {
+    format!("{ABOUT}\n\nLayer classes of a whole model: {}.", keras::layers::supported_classes())
+}
 
 #[derive(clap::Args)]
 pub struct Args {

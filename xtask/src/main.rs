@@ -72,13 +72,13 @@ enum Command {
     #[command(long_about = compare::LONG_ABOUT)]
     Compare(compare::Args),
     /// Convert an attention layer of a Keras model file to Keras, PyTorch or Burn weights.
-    #[command(long_about = convert::LONG_ABOUT)]
+    #[command(long_about = convert::long_about())]
     Convert(convert::Args),
     /// Export a trained run for Burn, Keras or PyTorch.
     #[command(long_about = export::LONG_ABOUT)]
     Export(export::Args),
     /// Run a whole Keras model (.keras) in Burn on inputs from a safetensors file.
-    #[command(long_about = predict::LONG_ABOUT)]
+    #[command(long_about = predict::long_about())]
     Predict(predict::Args),
     /// Check the modules against fixtures made with the real Keras and PyTorch.
     Verify(verify::Args),

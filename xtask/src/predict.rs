@@ -8,10 +8,15 @@ use anyhow::{Context, Result, bail};
 use keras::{DynTensor, KerasModel};
 use model::{Backend, TensorFile, WeightMap};
 
-pub const LONG_ABOUT: &str = "Runs a whole Keras 3 model (.keras archive) in Burn on the inputs \
+const ABOUT: &str = "Runs a whole Keras 3 model (.keras archive) in Burn on the inputs \
 named `inputs.<input layer name>` in a safetensors file (float32, or int32/int64 token ids), and \
 writes `outputs.<output layer name>`. With `expected.<output name>` tensors in the inputs file it \
 also prints the largest difference per output. Works on attention-only files too.";
+
+/// The help text, with the layer classes a whole model may hold (from `keras`' registry).
+pub fn long_about() -> String {
+    format!("{ABOUT}\n\nLayer classes of a whole model: {}.", keras::layers::supported_classes())
+}
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -6,9 +6,9 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
 use crate::torch::torch_export;
 use crate::{DType, DynTensor, KerasModel};
+use anyhow::{Context, Result};
 use model::rng::Rng;
 use model::{Backend, HostTensor, TensorFile, WeightMap};
 

@@ -1,6 +1,7 @@
 //! [`KerasModel`]: a whole Keras 3 model, built from its `.keras` archive at run time, as one
 //! Burn module (every layer's variables are its parameters, so it trains on any backend).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -8,6 +9,7 @@ use burn::module::Module;
 use burn::tensor::Device;
 
 use super::graph::{Arg, Graph, InputSpec};
+use super::layers::input_layer::InputLayer;
 use super::layers::{Call, Input, Layer};
 use super::saved::{SavedWeights, Store};
 use super::value::{DType, DynTensor, Value};
@@ -55,9 +57,7 @@ impl KerasModel {
             .map(|spec| {
                 if spec.config.get("layers").is_some() {
                     // A nested model: its inner layers are in the graph already.
-                    return Ok(Layer::Stateless(super::layers::Stateless {
-                        kind: super::layers::StatelessKind::Input,
-                    }));
+                    return Ok(Layer::InputLayer(InputLayer));
                 }
                 let place = place_in_graph(&graph, spec);
                 Layer::build(path, spec, &saved, device, &place).map_err(|e| match e {
@@ -84,27 +84,13 @@ impl KerasModel {
     /// and [`Self::from_file`] reads back.
     pub fn saved_variables(&self) -> WeightMap {
         let mut out = WeightMap::new();
-        let by_path = self.keras_variables();
         for (layer, spec) in self.layers.iter().zip(&self.graph.layers) {
             let Some(path) = &spec.h5_path else { continue };
-            let var = |v: &str| by_path.get(&format!("{}/{v}", spec.name)).ok().cloned();
-            let mut push = |group: &str, names: &[&str]| {
-                for (index, tensor) in names.iter().filter_map(|n| var(n)).enumerate() {
-                    out.insert(format!("{path}{group}/vars/{index}"), tensor);
-                }
-            };
-            match layer {
-                Layer::Dense(_) | Layer::EinsumDense(_) | Layer::Conv1d(_) => push("", &["kernel", "bias"]),
-                Layer::Embedding(_) => push("", &["embeddings"]),
-                Layer::PRelu(_) => push("", &["alpha"]),
-                Layer::LayerNorm(_) => push("", &["gamma", "beta"]),
-                Layer::BatchNorm(_) => push("", &["gamma", "beta", "moving_mean", "moving_variance"]),
-                Layer::Attention(_) => {
-                    for (group, ours) in model::keras_file::ATTENTION_SUBLAYERS {
-                        push(&format!("/{group}"), &[&format!("{ours}/kernel"), &format!("{ours}/bias")]);
-                    }
-                }
-                Layer::Stateless(_) => {}
+            let mut index_in_group: BTreeMap<String, usize> = BTreeMap::new();
+            for var in layer.variables() {
+                let index = index_in_group.entry(var.group.clone()).or_insert(0);
+                out.insert(format!("{path}{}/vars/{index}", var.group), var.tensor);
+                *index += 1;
             }
         }
         out
@@ -140,55 +126,9 @@ impl KerasModel {
     /// the parameters to their gradients first to read gradients the same way.
     pub fn keras_variables(&self) -> WeightMap {
         let mut out = WeightMap::new();
-        let host = |t| HostTensor::from_tensor::<1>(t);
         for (layer, spec) in self.layers.iter().zip(&self.graph.layers) {
-            let name = &spec.name;
-            let mut put = |var: &str, tensor: HostTensor| out.insert(format!("{name}/{var}"), tensor);
-            match layer {
-                Layer::Dense(d) => {
-                    put("kernel", HostTensor::from_tensor(d.kernel.val()));
-                    if let Some(b) = &d.bias {
-                        put("bias", host(b.val()));
-                    }
-                }
-                Layer::EinsumDense(d) => {
-                    put("kernel", host(d.kernel.val()).reshaped(d.kernel_shape.clone()));
-                    if let Some(b) = &d.bias {
-                        put("bias", host(b.val()).reshaped(d.bias_shape.clone()));
-                    }
-                }
-                Layer::Embedding(e) => put("embeddings", HostTensor::from_tensor(e.embeddings.val())),
-                Layer::PRelu(p) => put("alpha", host(p.alpha.val()).reshaped(p.alpha_shape.clone())),
-                Layer::Conv1d(c) => {
-                    // Burn's [filters, in / groups, k] back to Keras' (k, in / groups, filters)
-                    put("kernel", HostTensor::from_tensor(c.weight.val().permute([2, 1, 0])));
-                    if let Some(b) = &c.bias {
-                        put("bias", host(b.val()));
-                    }
-                }
-                Layer::LayerNorm(n) => {
-                    for (var, p) in [("gamma", &n.gamma), ("beta", &n.beta)] {
-                        if let Some(p) = p {
-                            put(var, host(p.val()).reshaped(n.param_shape.clone()));
-                        }
-                    }
-                }
-                Layer::BatchNorm(n) => {
-                    for (var, p) in [("gamma", &n.gamma), ("beta", &n.beta)] {
-                        if let Some(p) = p {
-                            put(var, host(p.val()));
-                        }
-                    }
-                    put("moving_mean", host(n.moving_mean.value_sync()));
-                    put("moving_variance", host(n.moving_variance.value_sync()));
-                }
-                Layer::Attention(a) => {
-                    // `query.kernel` -> `query/kernel`, as Keras' variable paths name the sublayers
-                    for (var, tensor) in a.layer.keras_weights().iter() {
-                        put(&var.replace('.', "/"), tensor.clone());
-                    }
-                }
-                Layer::Stateless(_) => {}
+            for var in layer.variables() {
+                out.insert(format!("{}/{}", spec.name, var.path), var.tensor);
             }
         }
         out
@@ -243,7 +183,7 @@ impl KerasModel {
                 let call = Call { what: &what, args, kwargs, training, previous_mask };
                 let outputs = self.layers[node.layer].call(&call)?;
                 values[index] = Some(outputs);
-                if matches!(self.layers[node.layer], Layer::Attention(_)) {
+                if self.layers[node.layer].clears_input_masks() {
                     // Keras' MultiHeadAttention takes the masks off its input tensors
                     // (`set_keras_mask(query, None)`): later readers of them see none.
                     for port in node.args.iter().chain(node.kwargs.iter().map(|(_, a)| a)).flat_map(Arg::ports) {

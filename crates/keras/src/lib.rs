@@ -15,14 +15,14 @@
 pub mod activation;
 pub mod config;
 pub mod convert;
+pub mod executor;
 pub mod graph;
 pub mod layers;
-pub mod executor;
 pub mod ops;
 pub mod saved;
 pub mod torch;
 pub mod value;
 
-pub use graph::{Graph, InputSpec};
 pub use executor::{KerasModel, ModelOutputs};
+pub use graph::{Graph, InputSpec};
 pub use value::{DType, DynTensor, Value};

@@ -3,12 +3,39 @@
 //! in the call (`args`), their options in the node's config (`axis`, `keepdims`, `newshape`...).
 //! Operations drop Keras masks, as TensorFlow's eager ops do.
 
+use burn::module::Module;
 use serde_json::Value as Json;
 
-use super::config::LayerArgs;
-use super::layers::{Call, Input};
-use super::value::{Binary, DType, DynTensor, Reduce, Unary, Value, resolve_shape};
+use crate::config::LayerArgs;
+use crate::graph::Arg;
+use crate::layers::{Build, Call, Input, KerasLayer};
+use crate::torch::{TorchCall, py_bool, py_float, render, tuple};
+use crate::value::{Binary, DType, DynTensor, Reduce, Unary, Value, resolve_shape};
 use model::error::Result;
+
+/// An operation node of the graph: an [`Operation`] as a layer of the model.
+#[derive(Module, Debug)]
+pub struct OperationNode {
+    #[module(skip)]
+    pub op: Operation,
+}
+
+impl KerasLayer for OperationNode {
+    fn build(layer: &mut Build) -> Result<Self> {
+        let class = layer.spec.class_name.clone();
+        Ok(Self { op: Operation::from_config(&class, &mut layer.args)? })
+    }
+
+    fn call(&self, call: &Call) -> Result<Vec<Value>> {
+        self.op.call(call)
+    }
+
+    fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
+        let y = self.op.torch(call.node.args.as_slice()).map_err(|why| call.refuse(why))?;
+        call.assign(&y, "None");
+        Ok("torch operation".into())
+    }
+}
 
 /// Every operation class this converter runs, for the error on any other.
 const SUPPORTED: &str = "Add, Subtract, Multiply, Divide, TrueDivide, Power, Maximum, Minimum, Equal, NotEqual, Greater, GreaterEqual, Less, LessEqual, LogicalAnd, LogicalOr, LogicalXor, LogicalNot, Negative, Absolute, Abs, Square, Sqrt, Exp, Log, Tanh, Sigmoid, Relu, Gelu, Silu, Softmax, LogSoftmax, Sign, Floor, Round, Cast, Where, Clip, Matmul, Concatenate, Reshape, Transpose, ExpandDims, Squeeze, Mean, Sum, Max, Min, Prod, Any, All";
@@ -239,5 +266,99 @@ impl Operation {
             }
         };
         Ok(vec![Value::new(y, dtype)])
+    }
+
+    /// The torch expression of the operation on `args` (the node's recorded operands); `Err`
+    /// says why it cannot be written.
+    fn torch(&self, args: &[Arg]) -> std::result::Result<String, String> {
+        let operand = |k: usize| args.get(k).map(render).ok_or_else(|| format!("operand {k} is missing"));
+        // A constant operand where torch wants a tensor.
+        let tensor = |k: usize| -> std::result::Result<String, String> {
+            let r = operand(k)?;
+            Ok(if matches!(args.get(k), Some(Arg::Const(_))) { format!("torch.tensor({r})") } else { r })
+        };
+        Ok(match self {
+            Self::Binary(b) => {
+                let (a, c) = (operand(0)?, operand(1)?);
+                match b {
+                    Binary::Add => format!("{a} + {c}"),
+                    Binary::Subtract => format!("{a} - {c}"),
+                    Binary::Multiply => format!("{a} * {c}"),
+                    Binary::Divide => format!("torch.true_divide({}, {c})", tensor(0)?),
+                    Binary::Power => format!("torch.pow({a}, {c})"),
+                    Binary::Maximum => format!("torch.maximum({}, {})", tensor(0)?, tensor(1)?),
+                    Binary::Minimum => format!("torch.minimum({}, {})", tensor(0)?, tensor(1)?),
+                    Binary::Equal => format!("torch.eq({}, {c})", tensor(0)?),
+                    Binary::NotEqual => format!("torch.ne({}, {c})", tensor(0)?),
+                    Binary::Greater => format!("torch.gt({}, {c})", tensor(0)?),
+                    Binary::GreaterEqual => format!("torch.ge({}, {c})", tensor(0)?),
+                    Binary::Less => format!("torch.lt({}, {c})", tensor(0)?),
+                    Binary::LessEqual => format!("torch.le({}, {c})", tensor(0)?),
+                    Binary::LogicalAnd => format!("torch.logical_and({}, {})", tensor(0)?, tensor(1)?),
+                    Binary::LogicalOr => format!("torch.logical_or({}, {})", tensor(0)?, tensor(1)?),
+                    Binary::LogicalXor => format!("torch.logical_xor({}, {})", tensor(0)?, tensor(1)?),
+                }
+            }
+            Self::Unary(u) => {
+                let a = tensor(0)?;
+                match u {
+                    Unary::Negative => format!("-{a}"),
+                    Unary::Abs => format!("torch.abs({a})"),
+                    Unary::Square => format!("torch.square({a})"),
+                    Unary::Sqrt => format!("torch.sqrt({a})"),
+                    Unary::Exp => format!("torch.exp({a})"),
+                    Unary::Log => format!("torch.log({a})"),
+                    Unary::Tanh => format!("torch.tanh({a})"),
+                    Unary::Sigmoid => format!("torch.sigmoid({a})"),
+                    Unary::Relu => format!("F.relu({a})"),
+                    Unary::Sign => format!("torch.sign({a})"),
+                    Unary::Floor => format!("torch.floor({a})"),
+                    Unary::Round => format!("torch.round({a})"),
+                    Unary::LogicalNot => format!("torch.logical_not({a})"),
+                    other => return Err(format!("operation {other:?}")),
+                }
+            }
+            Self::Gelu { approximate } => {
+                format!("F.gelu({}, approximate={:?})", tensor(0)?, if *approximate { "tanh" } else { "none" })
+            }
+            Self::Silu => format!("F.silu({})", tensor(0)?),
+            Self::Softmax { axis, log } => {
+                format!("torch.{}({}, dim={axis})", if *log { "log_softmax" } else { "softmax" }, tensor(0)?)
+            }
+            Self::Cast(to) => format!(
+                "{}.to({})",
+                tensor(0)?,
+                match to {
+                    DType::Float => "torch.float32",
+                    DType::Int => "torch.int64",
+                    DType::Bool => "torch.bool",
+                }
+            ),
+            Self::Where => format!("torch.where({}.bool(), {}, {})", tensor(0)?, tensor(1)?, tensor(2)?),
+            Self::Clip { min, max } => format!("torch.clamp({}, {}, {})", tensor(0)?, py_float(*min), py_float(*max)),
+            Self::Matmul => format!("torch.matmul({}, {})", tensor(0)?, tensor(1)?),
+            Self::Concatenate { axis } => format!("torch.cat({}, dim={axis})", operand(0)?),
+            Self::Reshape { shape } => format!("{}.reshape({shape:?})", tensor(0)?),
+            Self::Transpose { axes: None } => format!("{0}.permute(*reversed(range({0}.dim())))", tensor(0)?),
+            Self::Transpose { axes: Some(axes) } => format!("{}.permute({axes:?})", tensor(0)?),
+            Self::ExpandDims { axes } => format!("expand_dims({}, {axes:?})", tensor(0)?),
+            Self::Squeeze { axes: None } => format!("{}.squeeze()", tensor(0)?),
+            Self::Squeeze { axes: Some(axes) } => format!("{}.squeeze({})", tensor(0)?, tuple(axes)),
+            Self::Reduce { kind, axes, keepdims } => format!(
+                "reduce({}, {:?}, {}, {})",
+                tensor(0)?,
+                match kind {
+                    Reduce::Sum => "sum",
+                    Reduce::Mean => "mean",
+                    Reduce::Max => "max",
+                    Reduce::Min => "min",
+                    Reduce::Prod => "prod",
+                    Reduce::Any => "any",
+                    Reduce::All => "all",
+                },
+                axes.as_ref().map_or("None".into(), |a| format!("{a:?}")),
+                py_bool(*keepdims)
+            ),
+        })
     }
 }

@@ -31,12 +31,12 @@ pub enum DynTensor {
 macro_rules! map_rank {
     ($x:expr, $t:ident => $body:expr) => {
         match $x {
-            DynTensor::R1($t) => DynTensor::R1($body),
-            DynTensor::R2($t) => DynTensor::R2($body),
-            DynTensor::R3($t) => DynTensor::R3($body),
-            DynTensor::R4($t) => DynTensor::R4($body),
-            DynTensor::R5($t) => DynTensor::R5($body),
-            DynTensor::R6($t) => DynTensor::R6($body),
+            $crate::value::DynTensor::R1($t) => $crate::value::DynTensor::R1($body),
+            $crate::value::DynTensor::R2($t) => $crate::value::DynTensor::R2($body),
+            $crate::value::DynTensor::R3($t) => $crate::value::DynTensor::R3($body),
+            $crate::value::DynTensor::R4($t) => $crate::value::DynTensor::R4($body),
+            $crate::value::DynTensor::R5($t) => $crate::value::DynTensor::R5($body),
+            $crate::value::DynTensor::R6($t) => $crate::value::DynTensor::R6($body),
         }
     };
 }
@@ -45,12 +45,12 @@ macro_rules! map_rank {
 macro_rules! with_rank {
     ($x:expr, $t:ident => $body:expr) => {
         match $x {
-            DynTensor::R1($t) => $body,
-            DynTensor::R2($t) => $body,
-            DynTensor::R3($t) => $body,
-            DynTensor::R4($t) => $body,
-            DynTensor::R5($t) => $body,
-            DynTensor::R6($t) => $body,
+            $crate::value::DynTensor::R1($t) => $body,
+            $crate::value::DynTensor::R2($t) => $body,
+            $crate::value::DynTensor::R3($t) => $body,
+            $crate::value::DynTensor::R4($t) => $body,
+            $crate::value::DynTensor::R5($t) => $body,
+            $crate::value::DynTensor::R6($t) => $body,
         }
     };
 }
@@ -59,12 +59,12 @@ macro_rules! with_rank {
 macro_rules! zip_rank {
     ($a:expr, $b:expr, |$x:ident, $y:ident| $body:expr) => {
         match ($a, $b) {
-            (DynTensor::R1($x), DynTensor::R1($y)) => DynTensor::R1($body),
-            (DynTensor::R2($x), DynTensor::R2($y)) => DynTensor::R2($body),
-            (DynTensor::R3($x), DynTensor::R3($y)) => DynTensor::R3($body),
-            (DynTensor::R4($x), DynTensor::R4($y)) => DynTensor::R4($body),
-            (DynTensor::R5($x), DynTensor::R5($y)) => DynTensor::R5($body),
-            (DynTensor::R6($x), DynTensor::R6($y)) => DynTensor::R6($body),
+            ($crate::value::DynTensor::R1($x), $crate::value::DynTensor::R1($y)) => $crate::value::DynTensor::R1($body),
+            ($crate::value::DynTensor::R2($x), $crate::value::DynTensor::R2($y)) => $crate::value::DynTensor::R2($body),
+            ($crate::value::DynTensor::R3($x), $crate::value::DynTensor::R3($y)) => $crate::value::DynTensor::R3($body),
+            ($crate::value::DynTensor::R4($x), $crate::value::DynTensor::R4($y)) => $crate::value::DynTensor::R4($body),
+            ($crate::value::DynTensor::R5($x), $crate::value::DynTensor::R5($y)) => $crate::value::DynTensor::R5($body),
+            ($crate::value::DynTensor::R6($x), $crate::value::DynTensor::R6($y)) => $crate::value::DynTensor::R6($body),
             _ => unreachable!("operands are aligned to one rank first"),
         }
     };

@@ -38,8 +38,7 @@ const SUBLAYERS: [(&str, &str); 4] =
     [("query_dense", "query"), ("key_dense", "key"), ("value_dense", "value"), ("output_dense", "attention_output")];
 
 /// Every sublayer's HDF5 group and this crate's name for it, the gate last.
-pub const ATTENTION_SUBLAYERS: [(&str, &str); 5] =
-    [SUBLAYERS[0], SUBLAYERS[1], SUBLAYERS[2], SUBLAYERS[3], GATE];
+pub const ATTENTION_SUBLAYERS: [(&str, &str); 5] = [SUBLAYERS[0], SUBLAYERS[1], SUBLAYERS[2], SUBLAYERS[3], GATE];
 pub const ATTENTION_GATE: &str = GATE.0;
 
 /// The sublayer `use_gate` adds.

@@ -1,5 +1,7 @@
-//! The layers a Keras model may hold, each built from its config and saved variables and run
-//! with Keras' own semantics, masks included.
+//! The layer classes a Keras model may hold. Each class is one file: its arguments (honoured
+//! or refused by name), its saved variables, its Burn call with Keras' semantics and mask rule,
+//! and what it writes into the generated PyTorch module ([`KerasLayer`]). `registry.rs` names
+//! the classes: one line each.
 //!
 //! Keras' mask rules, as `Layer.__call__` applies them (keras 3.15): a layer whose `call` takes
 //! `mask` receives its single tensor argument's mask; the mask that goes on to the outputs is
@@ -8,27 +10,129 @@
 //! The executor works out `previous_mask` ([`Call::previous_mask`]); each layer decides the
 //! rest.
 
-pub mod attention;
-pub mod conv;
-pub mod core_layers;
+mod registry;
+
+pub mod activation;
+pub mod batch_normalization;
+pub mod concatenate;
+pub mod conv1d;
+pub mod dense;
+pub mod dropout;
+pub mod einsum_dense;
+pub mod elu;
+pub mod embedding;
+pub mod flatten;
+pub mod gaussian_dropout;
+pub mod gaussian_noise;
+pub mod global_pooling1d;
+pub mod identity;
+pub mod input_layer;
+pub mod layer_normalization;
+pub mod leaky_relu;
+pub mod masking;
 pub mod merge;
-pub mod norm;
-pub mod pooling;
+pub mod moments;
+pub mod multi_head_attention;
+pub mod permute;
+pub mod pooling1d;
+pub mod prelu;
+pub mod relu;
+pub mod repeat_vector;
 pub mod reshape;
+pub mod softmax;
+
+pub use registry::{CLASSES, Layer, supported_classes};
 
 use std::path::Path;
 
-use burn::module::Module;
 use burn::tensor::Device;
 use serde_json::Value as Json;
 
-use super::config::LayerArgs;
-use super::graph::LayerSpec;
-use super::ops::Operation;
-use super::saved::SavedWeights;
-use super::value::{DynTensor, Value};
+use crate::activation::Activation;
+use crate::config::LayerArgs;
+use crate::graph::LayerSpec;
+use crate::saved::{SavedWeights, VarReader};
+use crate::torch::{TorchCall, TorchModule};
+use crate::value::{DynTensor, Value};
 use model::error::{ModelError, Result};
 use model::weights::HostTensor;
+
+/// One Keras layer class: everything about it, in its own file.
+pub trait KerasLayer {
+    /// Reads the layer's arguments (each one taken, or refused by name) and its saved variables.
+    fn build(layer: &mut Build) -> Result<Self>
+    where
+        Self: Sized;
+
+    /// Runs one call; the outputs carry their Keras masks.
+    fn call(&self, call: &Call) -> Result<Vec<Value>>;
+
+    /// The variables in Keras' order and layout (what `layer.weights` lists).
+    fn variables(&self) -> Vec<Variable> {
+        Vec::new()
+    }
+
+    /// Whether the layer takes the masks off its input tensors once called, so that later
+    /// readers see none (Keras' `MultiHeadAttention` does).
+    fn clears_input_masks(&self) -> bool {
+        false
+    }
+
+    /// The layer's attribute of the generated module and its state dict; nothing for a layer
+    /// without variables.
+    fn torch_module(&self, _module: &mut TorchModule) -> Result<()> {
+        Ok(())
+    }
+
+    /// The statements of one call in `forward`; returns the torch construct for the printout.
+    fn torch_call(&self, call: &mut TorchCall) -> Result<String>;
+}
+
+/// What a layer is built from: its place, its config's arguments and its saved variables.
+pub struct Build<'a> {
+    pub file: &'a Path,
+    pub spec: &'a LayerSpec,
+    pub args: LayerArgs<'a>,
+    pub saved: &'a SavedWeights,
+    pub device: &'a Device,
+}
+
+impl Build<'_> {
+    /// The Keras class name (`Dense`): a type serving several classes tells them apart by it.
+    pub fn class(&self) -> &str {
+        &self.spec.class_name
+    }
+
+    /// The layer's saved variables, taken in order with their shapes checked.
+    pub fn vars(&self) -> Result<VarReader> {
+        Ok(VarReader::new(&self.args.what, self.saved.vars(self.spec)?))
+    }
+
+    /// The `activation` argument.
+    pub fn activation(&mut self) -> Result<Activation> {
+        let value = self.args.take("activation");
+        Activation::from_keras(&value).map_err(|e| self.args.error(format!("activation: {e}")))
+    }
+}
+
+/// One variable of a layer, as Keras names and saves it.
+pub struct Variable {
+    /// The path below the layer (`kernel`, `query/kernel`): Keras' `variable.path` without the
+    /// layer's name.
+    pub path: String,
+    /// The group below the layer's own in `model.weights.h5` (`""`, or `/query_dense`); the
+    /// variables of one group are saved as `vars/0`, `vars/1`, ... in this order.
+    pub group: String,
+    /// Keras' layout.
+    pub tensor: HostTensor,
+}
+
+impl Variable {
+    /// A variable of the layer's own group.
+    pub fn new(path: &str, tensor: HostTensor) -> Self {
+        Self { path: path.to_string(), group: String::new(), tensor }
+    }
+}
 
 /// A call's argument with the tensors in place.
 #[derive(Debug, Clone)]
@@ -128,133 +232,6 @@ impl Call<'_> {
     }
 }
 
-/// A layer of the model: a Burn module (its variables are parameters) or a stateless step.
-#[derive(Module, Debug)]
-#[allow(clippy::large_enum_variant)] // one per layer of a model, built once
-pub enum Layer {
-    Dense(core_layers::Dense),
-    EinsumDense(core_layers::EinsumDense),
-    Embedding(core_layers::Embedding),
-    PRelu(core_layers::PRelu),
-    Conv1d(conv::Conv1d),
-    LayerNorm(norm::LayerNorm),
-    BatchNorm(norm::BatchNorm),
-    Attention(attention::Attention),
-    Stateless(Stateless),
-}
-
-/// A layer or operation without variables.
-#[derive(Module, Debug)]
-pub struct Stateless {
-    #[module(skip)]
-    pub kind: StatelessKind,
-}
-
-/// What a stateless node does.
-#[derive(Debug, Clone)]
-pub enum StatelessKind {
-    Input,
-    Core(core_layers::Elementwise),
-    Pool(pooling::Pooling),
-    Reshape(reshape::Reshape),
-    Merge(merge::Merge),
-    Operation(Operation),
-}
-
-/// The classes this converter builds, for the error on any other.
-pub const SUPPORTED: &str = "InputLayer, Dense, EinsumDense, MultiHeadAttention, LayerNormalization, BatchNormalization, Dropout, SpatialDropout1D, GaussianNoise, GaussianDropout, Embedding, Masking, Conv1D, MaxPooling1D, AveragePooling1D, GlobalAveragePooling1D, GlobalMaxPooling1D, Flatten, Reshape, Permute, RepeatVector, Add, Subtract, Multiply, Average, Maximum, Minimum, Concatenate, Activation, Softmax, ReLU, LeakyReLU, PReLU, ELU, Identity, and keras.ops operations";
-
-impl Layer {
-    /// The layer described by `spec`, its variables read from `saved`.
-    pub fn build(file: &Path, spec: &LayerSpec, saved: &SavedWeights, device: &Device, place: &str) -> Result<Self> {
-        let mut args = LayerArgs::new(file, &spec.name, &spec.class_name, &spec.config);
-        if spec.is_operation() {
-            let op = Operation::from_config(&spec.class_name, &mut args)?;
-            args.finish()?;
-            return Ok(Self::stateless(StatelessKind::Operation(op)));
-        }
-        let vars = || saved.vars(spec);
-        let layer = match spec.class_name.as_str() {
-            "InputLayer" => {
-                for inert in
-                    ["batch_shape", "batch_input_shape", "sparse", "ragged", "optional", "input_shape", "batch_size"]
-                {
-                    args.take(inert);
-                }
-                Self::stateless(StatelessKind::Input)
-            }
-            "Dense" => Self::Dense(core_layers::Dense::build(&mut args, vars()?, device)?),
-            "EinsumDense" => Self::EinsumDense(core_layers::EinsumDense::build(&mut args, vars()?, device)?),
-            "Embedding" => Self::Embedding(core_layers::Embedding::build(&mut args, vars()?, device)?),
-            "PReLU" => Self::PRelu(core_layers::PRelu::build(&mut args, vars()?, device)?),
-            "Conv1D" => Self::Conv1d(conv::Conv1d::build(&mut args, vars()?, device)?),
-            "LayerNormalization" => Self::LayerNorm(norm::LayerNorm::build(&mut args, vars()?, device)?),
-            "BatchNormalization" => Self::BatchNorm(norm::BatchNorm::build(&mut args, vars()?, device)?),
-            "MultiHeadAttention" => Self::Attention(attention::Attention::build(file, spec, saved, &mut args, device)?),
-            class => {
-                if let Some(kind) = core_layers::Elementwise::build(class, &mut args)? {
-                    Self::stateless(StatelessKind::Core(kind))
-                } else if let Some(kind) = pooling::Pooling::build(class, &mut args)? {
-                    Self::stateless(StatelessKind::Pool(kind))
-                } else if let Some(kind) = reshape::Reshape::build(class, &mut args)? {
-                    Self::stateless(StatelessKind::Reshape(kind))
-                } else if let Some(kind) = merge::Merge::build(class, &mut args)? {
-                    Self::stateless(StatelessKind::Merge(kind))
-                } else {
-                    return Err(unsupported(file, spec, place));
-                }
-            }
-        };
-        args.finish()?;
-        Ok(layer)
-    }
-
-    fn stateless(kind: StatelessKind) -> Self {
-        Self::Stateless(Stateless { kind })
-    }
-
-    /// Runs one call; the outputs carry their Keras masks.
-    pub fn call(&self, call: &Call) -> Result<Vec<Value>> {
-        match self {
-            Self::Dense(l) => l.call(call),
-            Self::EinsumDense(l) => l.call(call),
-            Self::Embedding(l) => l.call(call),
-            Self::PRelu(l) => l.call(call),
-            Self::Conv1d(l) => l.call(call),
-            Self::LayerNorm(l) => l.call(call),
-            Self::BatchNorm(l) => l.call(call),
-            Self::Attention(l) => l.call(call),
-            Self::Stateless(Stateless { kind }) => match kind {
-                StatelessKind::Input => Ok(vec![call.tensor(0, "inputs")?]),
-                StatelessKind::Core(k) => k.call(call),
-                StatelessKind::Pool(k) => k.call(call),
-                StatelessKind::Reshape(k) => k.call(call),
-                StatelessKind::Merge(k) => k.call(call),
-                StatelessKind::Operation(op) => op.call(call),
-            },
-        }
-    }
-}
-
-/// The error for a class outside the supported set: its name, class and place in the graph.
-fn unsupported(file: &Path, spec: &LayerSpec, place: &str) -> ModelError {
-    let kind = match spec.class_name.as_str() {
-        "Lambda" => "a Lambda layer (Python code, which a file cannot carry)".to_string(),
-        _ if !spec.module.starts_with("keras") => format!(
-            "a custom layer (registered as {:?}), whose Python code a file does not carry",
-            spec.registered_name.as_deref().unwrap_or(&spec.class_name)
-        ),
-        class => format!("a layer class this converter does not support ({class})"),
-    };
-    ModelError::file(
-        file,
-        format!(
-            "layer {} ({}, {place}) is {kind}. Supported: {SUPPORTED}. `cargo xtask convert FILE --layer NAME` still converts the file's attention layers one by one",
-            spec.name, spec.class_name
-        ),
-    )
-}
-
 /// TensorFlow's SAME padding over `length` steps for a window reaching `reach` steps, `stride`
 /// apart: `ceil(length / stride)` outputs, and the padding before and after (the smaller half
 /// first, as TensorFlow puts it).
@@ -273,4 +250,10 @@ pub fn flat_tensor(host: &HostTensor, device: &Device) -> Result<burn::tensor::T
 pub fn keep_mask(mut value: Value, call: &Call) -> Value {
     value.mask = call.previous_mask.clone();
     value
+}
+
+/// A tensor of `shape` drawn from `distribution` (the dropout and noise layers in training).
+pub fn random(shape: &[usize], distribution: burn::tensor::Distribution, device: &Device) -> Result<DynTensor> {
+    let values = burn::tensor::Tensor::<1>::random([shape.iter().product::<usize>()], distribution, device);
+    DynTensor::from(values).reshape(shape)
 }

@@ -3,22 +3,22 @@
 //! Keras keeps the kernel as `(k, in / groups, filters)` and the data channels-last `[B, L, C]`
 //! by default; Burn's `conv1d` takes `[B, C, L]` and a `[filters, in / groups, k]` kernel. `same`
 //! pads `max((out - 1) s + (k - 1) d + 1 - L, 0)` in total, the smaller half first (TensorFlow's
-//! rule, asymmetric for an even total); `causal` pads `(k - 1) d` on the left only.
+//! rule, asymmetric for an even total); `causal` pads `(k - 1) d` on the left only. Conv1D does
+//! not support masking. torch: the prelude's `Conv1D` (`nn.Conv1d` with these paddings).
 
 use burn::module::{Module, Param};
 use burn::tensor::ops::ConvOptions;
-use burn::tensor::{Device, Tensor, module::conv1d};
+use burn::tensor::{Tensor, module::conv1d};
 
-use super::{Call, same_padding};
-use model::error::Result;
+use super::{Build, Call, KerasLayer, Variable, same_padding};
 use crate::activation::Activation;
-use crate::config::LayerArgs;
-use crate::saved::VarReader;
+use crate::torch::{TorchCall, TorchModule, activation_name, py_bool};
 use crate::value::{DynTensor, Value};
+use model::error::Result;
 use model::weights::HostTensor;
 
 #[derive(Module, Debug)]
-pub struct Conv1d {
+pub struct Conv1D {
     /// `[filters, in / groups, k]` (Keras' kernel permuted).
     pub weight: Param<Tensor<3>>,
     pub bias: Option<Param<Tensor<1>>>,
@@ -32,8 +32,9 @@ pub struct Conv1d {
     pub activation: Activation,
 }
 
-impl Conv1d {
-    pub fn build(args: &mut LayerArgs, vars: Vec<HostTensor>, device: &Device) -> Result<Self> {
+impl KerasLayer for Conv1D {
+    fn build(layer: &mut Build) -> Result<Self> {
+        let args = &mut layer.args;
         let filters = args.take_usize("filters", None)?;
         let kernel_size = args.take_usize("kernel_size", None)?;
         let stride = args.take_usize("strides", Some(1))?;
@@ -42,12 +43,12 @@ impl Conv1d {
         let padding = args.take_choice("padding", "valid", &["valid", "same", "causal"])?;
         let channels_last = args.take_channels_last()?;
         let use_bias = args.take_bool("use_bias", true)?;
-        let activation =
-            Activation::from_keras(&args.take("activation")).map_err(|e| args.error(format!("activation: {e}")))?;
         if stride > 1 && dilation > 1 {
             return Err(args.error("strides > 1 with dilation_rate > 1: Keras refuses this too"));
         }
-        let mut vars = VarReader::new(&args.what, vars);
+        let activation = layer.activation()?;
+        let device = layer.device;
+        let mut vars = layer.vars()?;
         let kernel = vars.next("kernel", &[Some(kernel_size), None, Some(filters)])?;
         let bias =
             if use_bias { Some(vars.next("bias", &[Some(filters)])?.to_tensor::<1>("bias", device)?) } else { None };
@@ -66,7 +67,7 @@ impl Conv1d {
         })
     }
 
-    pub fn call(&self, call: &Call) -> Result<Vec<Value>> {
+    fn call(&self, call: &Call) -> Result<Vec<Value>> {
         let x = call.tensor(0, "inputs")?.tensor.rank_n::<3>("Conv1D's input [B, L, C]")?;
         let x = if self.channels_last { x.swap_dims(1, 2) } else { x }; // [B, C, L]
         let [_, channels, length] = x.dims();
@@ -90,7 +91,42 @@ impl Conv1d {
         let options = ConvOptions { padding: [(left, right)], ..options };
         let y = conv1d(x, self.weight.val(), self.bias.as_ref().map(|b| b.val()), options); // [B, F, L']
         let y = if self.channels_last { y.swap_dims(1, 2) } else { y };
-        // Conv1D does not support masking.
         Ok(vec![Value::float(self.activation.apply(DynTensor::from(y)))])
+    }
+
+    fn variables(&self) -> Vec<Variable> {
+        // Burn's [filters, in / groups, k] back to Keras' (k, in / groups, filters)
+        let mut vars = vec![Variable::new("kernel", HostTensor::from_tensor(self.weight.val().permute([2, 1, 0])))];
+        if let Some(b) = &self.bias {
+            vars.push(Variable::new("bias", HostTensor::from_tensor(b.val())));
+        }
+        vars
+    }
+
+    fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
+        let [filters, per_group, kernel] = self.weight.dims();
+        module.construct(format!(
+            "Conv1D({}, {filters}, {kernel}, {}, {}, {}, {}, {:?}, {}, {:?})",
+            per_group * self.groups,
+            self.stride,
+            self.dilation,
+            self.groups,
+            py_bool(self.bias.is_some()),
+            self.padding,
+            py_bool(self.channels_last),
+            activation_name(self.activation)
+        ));
+        module.tensor("conv.weight", HostTensor::from_tensor(self.weight.val()));
+        if let Some(b) = &self.bias {
+            module.tensor("conv.bias", HostTensor::from_tensor(b.val()));
+        }
+        Ok(())
+    }
+
+    fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
+        let x = call.input()?;
+        call.assign(&format!("self.{}({x})", call.attr), "None");
+        let [filters, per_group, kernel] = self.weight.dims();
+        Ok(format!("nn.Conv1d({}, {filters}, {kernel}) with padding {:?}", per_group * self.groups, self.padding))
     }
 }

@@ -1,0 +1,183 @@
+//! The Keras layer classes this converter builds: one line per class, naming the type (in the
+//! class's own file) that reads, runs and writes it. Classes that differ by one argument share a
+//! type, which tells them apart by [`Build::class`]. The supported-classes list of errors,
+//! `--help` and README comes from here ([`supported_classes`]).
+
+use std::path::Path;
+
+use burn::module::Module;
+use burn::tensor::Device;
+
+use super::{Build, Call, KerasLayer, Variable};
+use crate::config::LayerArgs;
+use crate::graph::LayerSpec;
+use crate::ops::OperationNode;
+use crate::saved::SavedWeights;
+use crate::torch::{TorchCall, TorchModule};
+use crate::value::Value;
+use model::error::{ModelError, Result};
+
+/// Declares [`Layer`] (one variant per class, plus operation nodes), [`CLASSES`], and the
+/// dispatch from a class name to its type.
+macro_rules! registry {
+    ($($class:literal => $variant:ident($type:ty),)*) => {
+        /// A layer of the model, as its Keras class: a Burn module (its variables are parameters)
+        /// or a step without variables.
+        #[derive(Module, Debug)]
+        #[allow(clippy::large_enum_variant)] // one per layer of a model, built once
+        pub enum Layer {
+            $($variant($type),)*
+            /// An operation node (`x + y`, `keras.ops.mean(x)`).
+            Operation(OperationNode),
+        }
+
+        /// Every layer class this converter builds, in the registry's order.
+        pub const CLASSES: &[&str] = &[$($class),*];
+
+        impl Layer {
+            /// The layer of class `class`, or `None` for a class outside the registry.
+            fn of_class(class: &str, build: &mut Build) -> Option<Result<Self>> {
+                match class {
+                    $($class => Some(<$type as KerasLayer>::build(build).map(Self::$variant)),)*
+                    _ => None,
+                }
+            }
+
+            /// The layer as its class.
+            fn class(&self) -> &dyn KerasLayer {
+                match self {
+                    $(Self::$variant(layer) => layer,)*
+                    Self::Operation(op) => op,
+                }
+            }
+        }
+    };
+}
+
+registry! {
+    "InputLayer" => InputLayer(super::input_layer::InputLayer),
+    "Dense" => Dense(super::dense::Dense),
+    "EinsumDense" => EinsumDense(super::einsum_dense::EinsumDense),
+    "MultiHeadAttention" => MultiHeadAttention(super::multi_head_attention::MultiHeadAttention),
+    "LayerNormalization" => LayerNormalization(super::layer_normalization::LayerNormalization),
+    "BatchNormalization" => BatchNormalization(super::batch_normalization::BatchNormalization),
+    "Dropout" => Dropout(super::dropout::Dropout),
+    "SpatialDropout1D" => SpatialDropout1D(super::dropout::Dropout),
+    "GaussianNoise" => GaussianNoise(super::gaussian_noise::GaussianNoise),
+    "GaussianDropout" => GaussianDropout(super::gaussian_dropout::GaussianDropout),
+    "Embedding" => Embedding(super::embedding::Embedding),
+    "Masking" => Masking(super::masking::Masking),
+    "Conv1D" => Conv1D(super::conv1d::Conv1D),
+    "MaxPooling1D" => MaxPooling1D(super::pooling1d::Pooling1D),
+    "AveragePooling1D" => AveragePooling1D(super::pooling1d::Pooling1D),
+    "GlobalAveragePooling1D" => GlobalAveragePooling1D(super::global_pooling1d::GlobalPooling1D),
+    "GlobalMaxPooling1D" => GlobalMaxPooling1D(super::global_pooling1d::GlobalPooling1D),
+    "Flatten" => Flatten(super::flatten::Flatten),
+    "Reshape" => Reshape(super::reshape::Reshape),
+    "Permute" => Permute(super::permute::Permute),
+    "RepeatVector" => RepeatVector(super::repeat_vector::RepeatVector),
+    "Add" => Add(super::merge::Merge),
+    "Subtract" => Subtract(super::merge::Merge),
+    "Multiply" => Multiply(super::merge::Merge),
+    "Average" => Average(super::merge::Merge),
+    "Maximum" => Maximum(super::merge::Merge),
+    "Minimum" => Minimum(super::merge::Merge),
+    "Concatenate" => Concatenate(super::concatenate::Concatenate),
+    "Activation" => Activation(super::activation::ActivationLayer),
+    "Softmax" => Softmax(super::softmax::Softmax),
+    "ReLU" => ReLU(super::relu::ReLU),
+    "LeakyReLU" => LeakyReLU(super::leaky_relu::LeakyReLU),
+    "PReLU" => PReLU(super::prelu::PReLU),
+    "ELU" => ELU(super::elu::ELU),
+    "Identity" => Identity(super::identity::Identity),
+}
+
+/// The supported classes as one line, for errors, `--help` and README.
+pub fn supported_classes() -> String {
+    format!("{}, and keras.ops operations", CLASSES.join(", "))
+}
+
+impl Layer {
+    /// The layer described by `spec`, its variables read from `saved`; `place` says where it sits
+    /// in the graph, for the error on a class outside the registry.
+    pub fn build(file: &Path, spec: &LayerSpec, saved: &SavedWeights, device: &Device, place: &str) -> Result<Self> {
+        let args = LayerArgs::new(file, &spec.name, &spec.class_name, &spec.config);
+        let mut build = Build { file, spec, args, saved, device };
+        let layer = if spec.is_operation() {
+            Self::Operation(OperationNode::build(&mut build)?)
+        } else {
+            match Self::of_class(&spec.class_name, &mut build) {
+                Some(layer) => layer?,
+                None => return Err(unsupported(file, spec, place)),
+            }
+        };
+        build.args.finish()?;
+        Ok(layer)
+    }
+
+    /// Runs one call; the outputs carry their Keras masks.
+    pub fn call(&self, call: &Call) -> Result<Vec<Value>> {
+        self.class().call(call)
+    }
+
+    /// The variables in Keras' order and layout.
+    pub fn variables(&self) -> Vec<Variable> {
+        self.class().variables()
+    }
+
+    /// Whether a call takes the masks off its input tensors.
+    pub fn clears_input_masks(&self) -> bool {
+        self.class().clears_input_masks()
+    }
+
+    /// The layer's attribute of the generated torch module, and its state dict.
+    pub fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
+        self.class().torch_module(module)
+    }
+
+    /// The statements of one call in the generated `forward`.
+    pub fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
+        self.class().torch_call(call)
+    }
+}
+
+/// The error for a class outside the registry: its name, class and place in the graph.
+fn unsupported(file: &Path, spec: &LayerSpec, place: &str) -> ModelError {
+    let kind = match spec.class_name.as_str() {
+        "Lambda" => "a Lambda layer (Python code, which a file cannot carry)".to_string(),
+        _ if !spec.module.starts_with("keras") => format!(
+            "a custom layer (registered as {:?}), whose Python code a file does not carry",
+            spec.registered_name.as_deref().unwrap_or(&spec.class_name)
+        ),
+        class => format!("a layer class this converter does not support ({class})"),
+    };
+    ModelError::file(
+        file,
+        format!(
+            "layer {} ({}, {place}) is {kind}. Supported: {}. `cargo xtask convert FILE --layer NAME` still converts the file's attention layers one by one",
+            spec.name,
+            spec.class_name,
+            supported_classes()
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CLASSES;
+
+    /// README's list of layer classes is the registry's: the paragraph after the line that
+    /// introduces it, the classes in backticks, in the registry's order.
+    #[test]
+    fn readme_lists_the_registry() {
+        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"));
+        let start = readme.find("Layer classes (the registry").expect("README introduces the layer classes");
+        let listed: String =
+            readme[start..].lines().skip(1).take_while(|l| !l.trim().is_empty()).collect::<Vec<_>>().join(" ");
+        let expected = format!("{}.", CLASSES.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", "));
+        assert_eq!(
+            listed, expected,
+            "README's layer classes differ from the registry; the list should read:\n{expected}"
+        );
+    }
+}

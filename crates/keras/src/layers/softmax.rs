@@ -1,0 +1,56 @@
+//! `keras.layers.Softmax(axis)` with the mask Keras passes it: masked positions get -1e9 first.
+//! Over several axes: `exp(x - logsumexp(x, axes))`. It supports masking. torch: the prelude's
+//! `keras_softmax`.
+
+use burn::module::Module;
+
+use super::{Build, Call, KerasLayer, keep_mask};
+use crate::torch::TorchCall;
+use crate::value::{Binary, DynTensor, Reduce, Unary, Value};
+use model::error::Result;
+
+#[derive(Module, Debug)]
+pub struct Softmax {
+    #[module(skip)]
+    pub axes: Vec<i64>,
+}
+
+impl KerasLayer for Softmax {
+    fn build(layer: &mut Build) -> Result<Self> {
+        Ok(Self { axes: layer.args.take_ints("axis")?.unwrap_or(vec![-1]) })
+    }
+
+    fn call(&self, call: &Call) -> Result<Vec<Value>> {
+        let mut x = call.tensor(0, "inputs")?.tensor;
+        let rank = x.rank();
+        if let Some(mask) = &call.previous_mask {
+            if mask.rank() > rank {
+                return Err(call.error(format!(
+                    "a mask of shape {:?} for inputs of shape {:?}",
+                    mask.shape(),
+                    x.shape()
+                )));
+            }
+            let device = x.device();
+            x = DynTensor::select(mask.clone(), x, DynTensor::scalar(-1e9, &device))?;
+        }
+        let resolved: Vec<usize> = call.axes(&self.axes, rank)?;
+        let y = match resolved.as_slice() {
+            [one] => x.softmax(*one),
+            many => {
+                // exp(x - logsumexp(x, axes)), the maximum taken out first for range
+                let max = x.clone().reduce(Reduce::Max, many, true)?;
+                let shifted = DynTensor::binary(Binary::Subtract, x, max)?;
+                let log_sum = shifted.clone().map(Unary::Exp).reduce(Reduce::Sum, many, true)?.map(Unary::Log);
+                DynTensor::binary(Binary::Subtract, shifted, log_sum)?.map(Unary::Exp)
+            }
+        };
+        Ok(vec![keep_mask(Value::float(y), call)])
+    }
+
+    fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
+        let (x, mask) = (call.input()?, call.previous_mask());
+        call.assign(&format!("keras_softmax({x}, {:?}, {mask})", self.axes), &mask);
+        Ok("softmax with the mask".into())
+    }
+}

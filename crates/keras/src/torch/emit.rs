@@ -1,0 +1,202 @@
+//! What a layer class writes into the generated PyTorch module, and the Python spelling of
+//! values: [`TorchModule`] for its attribute in `__init__` and its state dict, [`TorchCall`] for
+//! the statements of one call in `forward`.
+//!
+//! Variables: `x<i>` is node `i`'s first output (`x<i>_<k>` its `k`-th), `m<i>` its Keras mask.
+
+use std::fmt::Write as _;
+
+use serde_json::Value as Json;
+
+use crate::activation::Activation;
+use crate::graph::{Arg, Node, Port};
+use model::error::{ModelError, Result};
+use model::weights::{HostTensor, WeightMap};
+
+/// A layer's attribute of the generated module: its constructor line and its state-dict entries.
+/// Written once per layer, however many times the graph calls it.
+pub struct TorchModule<'a> {
+    /// The attribute's name, `self.<attr>`.
+    pub attr: &'a str,
+    pub(super) init: &'a mut String,
+    pub(super) state: &'a mut WeightMap,
+}
+
+impl TorchModule<'_> {
+    /// `self.<attr> = <constructor>` in `__init__`.
+    pub fn construct(&mut self, constructor: impl std::fmt::Display) {
+        let _ = writeln!(self.init, "        self.{} = {constructor}", self.attr);
+    }
+
+    /// The state-dict entry `<attr>.<name>`, in torch's layout.
+    pub fn tensor(&mut self, name: &str, tensor: HostTensor) {
+        self.state.insert(format!("{}.{name}", self.attr), tensor);
+    }
+}
+
+/// One call being written into `forward`: the graph node, its statements, and the names of its
+/// operands.
+pub struct TorchCall<'a> {
+    pub node: &'a Node,
+    /// The node's index: its outputs are `x<index>`, its mask `m<index>`.
+    pub index: usize,
+    /// The layer's attribute, `self.<attr>`.
+    pub attr: &'a str,
+    /// Every node's first output rank (from a probe run).
+    pub ranks: &'a [usize],
+    /// For a model input: the name `forward` takes it by.
+    pub model_input: Option<&'a str>,
+    /// `layer <label> (<class>)`, for errors.
+    pub(super) what: String,
+    pub(super) lines: Vec<String>,
+}
+
+impl TorchCall<'_> {
+    /// A statement of `forward`.
+    pub fn line(&mut self, line: impl Into<String>) {
+        self.lines.push(line.into());
+    }
+
+    /// `x<i>, m<i> = <value>, <mask>`: the usual one-output call.
+    pub fn assign(&mut self, value: &str, mask: &str) {
+        let i = self.index;
+        self.line(format!("x{i}, m{i} = {value}, {mask}"));
+    }
+
+    /// The error for a call this writer cannot express in torch.
+    pub fn refuse(&self, why: impl std::fmt::Display) -> ModelError {
+        ModelError::Conversion { direction: "Keras -> torch", reason: format!("{}: {why}", self.what) }
+    }
+
+    /// The first tensor argument, as a Python expression.
+    pub fn input(&self) -> Result<String> {
+        match self.node.args.first() {
+            Some(Arg::Tensor(p)) => Ok(var(*p)),
+            Some(Arg::List(items)) if items.len() == 1 => Ok(render(&items[0])),
+            _ => Err(self.refuse("no tensor input")),
+        }
+    }
+
+    /// The mask Keras hands the call (`previous_mask`): a recorded `mask=` tensor, else its first
+    /// tensor argument's.
+    pub fn previous_mask(&self) -> String {
+        if let Some((_, Arg::Tensor(p))) = self.node.kwargs.iter().find(|(k, _)| k == "mask") {
+            return var(*p);
+        }
+        match self.node.args.first() {
+            Some(Arg::Tensor(p)) => mask_var(*p),
+            _ => "None".into(),
+        }
+    }
+
+    /// The tensor at `position`, or keyword `name`.
+    pub fn port(&self, position: usize, name: &str) -> Option<Port> {
+        match self.node.args.get(position).or_else(|| self.kwarg(name)) {
+            Some(Arg::Tensor(p)) => Some(*p),
+            _ => None,
+        }
+    }
+
+    /// A keyword argument as recorded.
+    pub fn kwarg(&self, name: &str) -> Option<&Arg> {
+        self.node.kwargs.iter().find(|(k, _)| k == name).map(|(_, a)| a)
+    }
+
+    /// A recorded `name=True`.
+    pub fn flag(&self, name: &str) -> bool {
+        matches!(self.kwarg(name), Some(Arg::Const(Json::Bool(true))))
+    }
+
+    /// The recorded `training=` of a call (Dropout records `False` when Keras forced it), else
+    /// the module's.
+    pub fn training(&self) -> &'static str {
+        match self.kwarg("training") {
+            Some(Arg::Const(Json::Bool(true))) => "True",
+            Some(Arg::Const(Json::Bool(false))) => "False",
+            _ => "self.training",
+        }
+    }
+}
+
+/// The variable of a port: `x5` for a node's first output, `x5_1` for its second.
+pub fn var(port: Port) -> String {
+    if port.index == 0 { format!("x{}", port.node) } else { format!("x{}_{}", port.node, port.index) }
+}
+
+/// The mask variable of a port: `m5` for a node's first output; later outputs carry none.
+pub fn mask_var(port: Port) -> String {
+    if port.index == 0 { format!("m{}", port.node) } else { "None".into() }
+}
+
+/// An argument as a Python expression.
+pub fn render(arg: &Arg) -> String {
+    match arg {
+        Arg::Tensor(p) => var(*p),
+        Arg::List(items) => format!("[{}]", items.iter().map(render).collect::<Vec<_>>().join(", ")),
+        Arg::Const(c) => literal(c),
+    }
+}
+
+/// A JSON constant as a Python literal.
+pub fn literal(value: &Json) -> String {
+    match value {
+        Json::Null => "None".into(),
+        Json::Bool(b) => py_bool(*b).into(),
+        Json::Number(n) => n.to_string(),
+        Json::String(s) => format!("{s:?}"),
+        Json::Array(items) => format!("[{}]", items.iter().map(literal).collect::<Vec<_>>().join(", ")),
+        Json::Object(_) => "None".into(),
+    }
+}
+
+pub fn py_bool(b: bool) -> &'static str {
+    if b { "True" } else { "False" }
+}
+
+/// A float, infinities as `math.inf`.
+pub fn py_float(v: f64) -> String {
+    if v.is_infinite() { if v > 0.0 { "math.inf".into() } else { "-math.inf".into() } } else { format!("{v:?}") }
+}
+
+/// Axes as a Python tuple, `(1,)` for one.
+pub fn tuple(axes: &[i64]) -> String {
+    format!("({},)", axes.iter().map(i64::to_string).collect::<Vec<_>>().join(", "))
+}
+
+/// `f(f(a, b), c)` over the operands.
+pub fn fold(function: &str, xs: &[String]) -> String {
+    xs.iter().skip(1).fold(xs[0].clone(), |acc, x| format!("{function}({acc}, {x})"))
+}
+
+/// The prelude's name of a Keras activation (`ACTIVATIONS[name]`).
+pub fn activation_name(a: Activation) -> &'static str {
+    match a {
+        Activation::Linear => "linear",
+        Activation::Relu => "relu",
+        Activation::Gelu { approximate: false } => "gelu",
+        Activation::Gelu { approximate: true } => "gelu_tanh",
+        Activation::Silu => "silu",
+        Activation::Tanh => "tanh",
+        Activation::Sigmoid => "sigmoid",
+        Activation::Softmax => "softmax",
+        Activation::LogSoftmax => "log_softmax",
+        Activation::Elu => "elu",
+        Activation::Selu => "selu",
+        Activation::Softplus => "softplus",
+        Activation::Softsign => "softsign",
+        Activation::HardSigmoid => "hard_sigmoid",
+        Activation::HardSilu => "hard_silu",
+        Activation::LeakyRelu => "leaky_relu",
+        Activation::Relu6 => "relu6",
+        Activation::Mish => "mish",
+        Activation::Exponential => "exponential",
+    }
+}
+
+/// `x` through the activation (unchanged for `linear`).
+pub fn activate(a: Activation, x: &str) -> String {
+    match a {
+        Activation::Linear => x.to_string(),
+        _ => format!("ACTIVATIONS[{:?}]({x})", activation_name(a)),
+    }
+}
