@@ -1,7 +1,7 @@
 //! The layer classes a Keras model may hold. Each class is one file: its arguments (honoured
 //! or refused by name), its saved variables, its Burn call with Keras' semantics and mask rule,
-//! and what it writes into the generated PyTorch module ([`KerasLayer`]). `registry.rs` names
-//! the classes: one line each.
+//! and what it writes into the generated PyTorch module ([`KerasLayer`]). The `registry!` below
+//! names them: one line per type, with the classes it serves.
 //!
 //! Keras' mask rules, as `Layer.__call__` applies them (keras 3.15): a layer whose `call` takes
 //! `mask` receives its single tensor argument's mask; the mask that goes on to the outputs is
@@ -10,38 +10,42 @@
 //! The executor works out `previous_mask` ([`Call::previous_mask`]); each layer decides the
 //! rest.
 
+#[macro_use]
 mod registry;
-
-pub mod activation;
-pub mod batch_normalization;
-pub mod concatenate;
-pub mod conv1d;
-pub mod dense;
-pub mod dropout;
-pub mod einsum_dense;
-pub mod elu;
-pub mod embedding;
-pub mod flatten;
-pub mod gaussian_dropout;
-pub mod gaussian_noise;
-pub mod global_pooling1d;
-pub mod identity;
-pub mod input_layer;
-pub mod layer_normalization;
-pub mod leaky_relu;
-pub mod masking;
-pub mod merge;
 pub mod moments;
-pub mod multi_head_attention;
-pub mod permute;
-pub mod pooling1d;
-pub mod prelu;
-pub mod relu;
-pub mod repeat_vector;
-pub mod reshape;
-pub mod softmax;
 
-pub use registry::{CLASSES, Layer, supported_classes};
+// The layer classes: `file::Type => "KerasClass", ...;`, one line per type.
+registry! {
+    input_layer::InputLayer => "InputLayer";
+    dense::Dense => "Dense";
+    einsum_dense::EinsumDense => "EinsumDense";
+    multi_head_attention::MultiHeadAttention => "MultiHeadAttention";
+    layer_normalization::LayerNormalization => "LayerNormalization";
+    batch_normalization::BatchNormalization => "BatchNormalization";
+    dropout::Dropout => "Dropout", "SpatialDropout1D";
+    gaussian_noise::GaussianNoise => "GaussianNoise";
+    gaussian_dropout::GaussianDropout => "GaussianDropout";
+    embedding::Embedding => "Embedding";
+    masking::Masking => "Masking";
+    conv1d::Conv1D => "Conv1D";
+    pooling1d::Pooling1D => "MaxPooling1D", "AveragePooling1D";
+    global_pooling1d::GlobalPooling1D => "GlobalAveragePooling1D", "GlobalMaxPooling1D";
+    flatten::Flatten => "Flatten";
+    reshape::Reshape => "Reshape";
+    permute::Permute => "Permute";
+    repeat_vector::RepeatVector => "RepeatVector";
+    merge::Merge => "Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum";
+    concatenate::Concatenate => "Concatenate";
+    activation::ActivationLayer => "Activation";
+    softmax::Softmax => "Softmax";
+    relu::ReLU => "ReLU";
+    leaky_relu::LeakyReLU => "LeakyReLU";
+    prelu::PReLU => "PReLU";
+    elu::ELU => "ELU";
+    identity::Identity => "Identity";
+}
+
+pub use registry::supported_classes;
 
 use std::path::Path;
 

@@ -1,14 +1,14 @@
-//! The Keras layer classes this converter builds: one line per class, naming the type (in the
-//! class's own file) that reads, runs and writes it. Classes that differ by one argument share a
-//! type, which tells them apart by [`Build::class`]. The supported-classes list of errors,
-//! `--help` and README comes from here ([`supported_classes`]).
+//! The registry of Keras layer classes: `registry!`, invoked once in `layers/mod.rs` with one line
+//! per type (its file, and the classes it reads, runs and writes; classes that differ by one
+//! argument share a type, which tells them apart by [`Build::class`]), and what [`Layer`] does
+//! with it. The supported-classes list of errors, `--help` and README comes from here
+//! ([`supported_classes`]).
 
 use std::path::Path;
 
-use burn::module::Module;
 use burn::tensor::Device;
 
-use super::{Build, Call, KerasLayer, Variable};
+use super::{Build, CLASSES, Call, KerasLayer, Layer, Variable};
 use crate::config::LayerArgs;
 use crate::graph::LayerSpec;
 use crate::ops::OperationNode;
@@ -17,28 +17,31 @@ use crate::torch::{TorchCall, TorchModule};
 use crate::value::Value;
 use model::error::{ModelError, Result};
 
-/// Declares [`Layer`] (one variant per class, plus operation nodes), [`CLASSES`], and the
-/// dispatch from a class name to its type.
+/// Declares the class modules, [`Layer`] (one variant per type, plus operation nodes),
+/// [`CLASSES`], and the dispatch from a class name to its type. Invoked once, in `layers/mod.rs`:
+/// `module::Type => "Class", "OtherClass";` per type.
 macro_rules! registry {
-    ($($class:literal => $variant:ident($type:ty),)*) => {
+    ($($module:ident :: $type:ident => $($class:literal),+;)*) => {
+        $(pub mod $module;)*
+
         /// A layer of the model, as its Keras class: a Burn module (its variables are parameters)
         /// or a step without variables.
-        #[derive(Module, Debug)]
+        #[derive(burn::module::Module, Debug)]
         #[allow(clippy::large_enum_variant)] // one per layer of a model, built once
         pub enum Layer {
-            $($variant($type),)*
+            $($type($module::$type),)*
             /// An operation node (`x + y`, `keras.ops.mean(x)`).
-            Operation(OperationNode),
+            Operation($crate::ops::OperationNode),
         }
 
         /// Every layer class this converter builds, in the registry's order.
-        pub const CLASSES: &[&str] = &[$($class),*];
+        pub const CLASSES: &[&str] = &[$($($class),+),*];
 
         impl Layer {
             /// The layer of class `class`, or `None` for a class outside the registry.
             fn of_class(class: &str, build: &mut Build) -> Option<Result<Self>> {
                 match class {
-                    $($class => Some(<$type as KerasLayer>::build(build).map(Self::$variant)),)*
+                    $($($class)|+ => Some(<$module::$type as KerasLayer>::build(build).map(Self::$type)),)*
                     _ => None,
                 }
             }
@@ -46,50 +49,12 @@ macro_rules! registry {
             /// The layer as its class.
             fn class(&self) -> &dyn KerasLayer {
                 match self {
-                    $(Self::$variant(layer) => layer,)*
+                    $(Self::$type(layer) => layer,)*
                     Self::Operation(op) => op,
                 }
             }
         }
     };
-}
-
-registry! {
-    "InputLayer" => InputLayer(super::input_layer::InputLayer),
-    "Dense" => Dense(super::dense::Dense),
-    "EinsumDense" => EinsumDense(super::einsum_dense::EinsumDense),
-    "MultiHeadAttention" => MultiHeadAttention(super::multi_head_attention::MultiHeadAttention),
-    "LayerNormalization" => LayerNormalization(super::layer_normalization::LayerNormalization),
-    "BatchNormalization" => BatchNormalization(super::batch_normalization::BatchNormalization),
-    "Dropout" => Dropout(super::dropout::Dropout),
-    "SpatialDropout1D" => SpatialDropout1D(super::dropout::Dropout),
-    "GaussianNoise" => GaussianNoise(super::gaussian_noise::GaussianNoise),
-    "GaussianDropout" => GaussianDropout(super::gaussian_dropout::GaussianDropout),
-    "Embedding" => Embedding(super::embedding::Embedding),
-    "Masking" => Masking(super::masking::Masking),
-    "Conv1D" => Conv1D(super::conv1d::Conv1D),
-    "MaxPooling1D" => MaxPooling1D(super::pooling1d::Pooling1D),
-    "AveragePooling1D" => AveragePooling1D(super::pooling1d::Pooling1D),
-    "GlobalAveragePooling1D" => GlobalAveragePooling1D(super::global_pooling1d::GlobalPooling1D),
-    "GlobalMaxPooling1D" => GlobalMaxPooling1D(super::global_pooling1d::GlobalPooling1D),
-    "Flatten" => Flatten(super::flatten::Flatten),
-    "Reshape" => Reshape(super::reshape::Reshape),
-    "Permute" => Permute(super::permute::Permute),
-    "RepeatVector" => RepeatVector(super::repeat_vector::RepeatVector),
-    "Add" => Add(super::merge::Merge),
-    "Subtract" => Subtract(super::merge::Merge),
-    "Multiply" => Multiply(super::merge::Merge),
-    "Average" => Average(super::merge::Merge),
-    "Maximum" => Maximum(super::merge::Merge),
-    "Minimum" => Minimum(super::merge::Merge),
-    "Concatenate" => Concatenate(super::concatenate::Concatenate),
-    "Activation" => Activation(super::activation::ActivationLayer),
-    "Softmax" => Softmax(super::softmax::Softmax),
-    "ReLU" => ReLU(super::relu::ReLU),
-    "LeakyReLU" => LeakyReLU(super::leaky_relu::LeakyReLU),
-    "PReLU" => PReLU(super::prelu::PReLU),
-    "ELU" => ELU(super::elu::ELU),
-    "Identity" => Identity(super::identity::Identity),
 }
 
 /// The supported classes as one line, for errors, `--help` and README.
@@ -164,14 +129,14 @@ fn unsupported(file: &Path, spec: &LayerSpec, place: &str) -> ModelError {
 
 #[cfg(test)]
 mod tests {
-    use super::CLASSES;
+    use super::super::CLASSES;
 
     /// README's list of layer classes is the registry's: the paragraph after the line that
     /// introduces it, the classes in backticks, in the registry's order.
     #[test]
     fn readme_lists_the_registry() {
         let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"));
-        let start = readme.find("Layer classes (the registry").expect("README introduces the layer classes");
+        let start = readme.find("Layer classes (the `registry!`").expect("README introduces the layer classes");
         let listed: String =
             readme[start..].lines().skip(1).take_while(|l| !l.trim().is_empty()).collect::<Vec<_>>().join(" ");
         let expected = format!("{}.", CLASSES.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", "));
