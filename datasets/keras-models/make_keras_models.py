@@ -2,7 +2,7 @@
 
 Run from the repository root (keras 3.15.1 on tensorflow-cpu 2.21; torch is not needed):
 
-    python3 datasets/keras-models/make_keras_models.py
+    python3 datasets/keras-models/make_keras_models.py [MODEL ...]   # all, or the functions named
 
 Writes, next to this script (README.md says more, and describes the files' format as observed):
 
@@ -915,23 +915,37 @@ def timeseries_train():
     print(f"wrote timeseries_train.trajectory.safetensors: losses {losses}, f32 drift {drift}")
 
 
+MODELS = [
+    timeseries_transformer,
+    text_classifier,
+    sequential,
+    two_in_two_out,
+    nested,
+    zoo_conv,
+    zoo_pool,
+    zoo_norm,
+    zoo_activations,
+    zoo_merge,
+    zoo_reshape,
+    zoo_masks,
+    zoo_ops,
+    zoo_mha,
+    refusals,
+    timeseries_train,
+]
+
+
 def main():
-    timeseries_transformer()
-    text_classifier()
-    sequential()
-    two_in_two_out()
-    nested()
-    zoo_conv()
-    zoo_pool()
-    zoo_norm()
-    zoo_activations()
-    zoo_merge()
-    zoo_reshape()
-    zoo_masks()
-    zoo_ops()
-    zoo_mha()
-    refusals()
-    timeseries_train()
+    """Every model, or those named on the command line (`zoo_1d refusals`)."""
+    import sys
+
+    chosen = sys.argv[1:]
+    unknown = set(chosen) - {m.__name__ for m in MODELS}
+    if unknown:
+        raise SystemExit(f"unknown models {sorted(unknown)}; choose from {[m.__name__ for m in MODELS]}")
+    for make in MODELS:
+        if not chosen or make.__name__ in chosen:
+            make()
 
 
 if __name__ == "__main__":

@@ -437,6 +437,16 @@ impl DynTensor {
         map_rank!(self, t => t.slice(&slices))
     }
 
+    /// Every entry along `axis` repeated `times` times in place (`numpy.repeat`): `[a, b]` to
+    /// `[a, a, b, b]`.
+    pub fn repeat_axis(self, axis: usize, times: usize) -> Result<Self> {
+        let mut shape = self.shape();
+        let mut spread = shape.clone();
+        spread.insert(axis + 1, times);
+        shape[axis] *= times;
+        self.expand_dims(axis + 1)?.broadcast_to(&spread)?.reshape(&shape)
+    }
+
     /// Zeros (or `value`) added before and after `axis`.
     pub fn pad_axis(self, axis: usize, before: usize, after: usize, value: f32) -> Result<Self> {
         if before == 0 && after == 0 {

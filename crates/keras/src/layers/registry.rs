@@ -142,7 +142,7 @@ mod tests {
         let expected = format!("{}.", CLASSES.iter().map(|c| format!("`{c}`")).collect::<Vec<_>>().join(", "));
         assert_eq!(
             listed, expected,
-            "README's layer classes differ from the registry; the list should read:\n{expected}"
+            "README's layer classes differ from the registry (`python3 xtask/python/readme_layer_classes.py` rewrites them); the list should read:\n{expected}"
         );
     }
 }
