@@ -16,7 +16,7 @@ Writes, next to this script (README.md says more, and describes the files' forma
   of their layers' order, a shared Dense called twice, cross-attention returning its scores;
 * `nested.keras`: a functional sub-model holding a Sequential, inside an outer model, plus a shared layer;
 * `zoo_conv`, `zoo_pool`, `zoo_norm`, `zoo_activations`, `zoo_merge`, `zoo_reshape`, `zoo_masks`,
-  `zoo_ops`, `zoo_mha` `.keras`: layer zoo models, each layer at non-default arguments;
+  `zoo_ops`, `zoo_mha`, `zoo_1d` `.keras`: layer zoo models, each layer at non-default arguments;
 * `<name>.probe.safetensors` for each model above (and for `small` and `timeseries_train`):
   `inputs.<input layer>`, `expected.<output layer>` (Keras' inference output) and every graph node's
   output `nodes.<layer>[@<node>][.<i>]` (sub-models' nodes as `nodes.<sub-model>/<layer>`), with
@@ -685,6 +685,17 @@ class ScaleShift(layers.Layer):
         return x * self.scale + self.shift
 
 
+def zoo_1d():
+    rng = fresh(15)
+    x = keras.Input((7, 3), name="signal")
+    outputs = [
+        layers.UpSampling1D(size=3, name="up_3")(x),
+    ]
+    model = keras.Model(x, outputs, name="zoo_1d")
+    write_model("zoo_1d", model, {"signal": rng.normal(size=(2, 7, 3)).astype(np.float32)},
+                "1-D resampling: UpSampling1D(3)")
+
+
 def small_model():
     """The valid model that the malformed archives are edited from."""
     x = keras.Input((4,), name="features")
@@ -930,6 +941,7 @@ MODELS = [
     zoo_masks,
     zoo_ops,
     zoo_mha,
+    zoo_1d,
     refusals,
     timeseries_train,
 ]

@@ -34,6 +34,7 @@ registry! {
     reshape::Reshape => "Reshape";
     permute::Permute => "Permute";
     repeat_vector::RepeatVector => "RepeatVector";
+    up_sampling1d::UpSampling1D => "UpSampling1D";
     merge::Merge => "Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum";
     concatenate::Concatenate => "Concatenate";
     activation::ActivationLayer => "Activation";
