@@ -690,10 +690,14 @@ def zoo_1d():
     x = keras.Input((7, 3), name="signal")
     outputs = [
         layers.UpSampling1D(size=3, name="up_3")(x),
+        layers.ZeroPadding1D(padding=(1, 2), name="pad_1_2")(x),
+        layers.ZeroPadding1D(padding=2, data_format="channels_first", name="pad_channels_first")(x),
+        layers.Cropping1D(cropping=(2, 1), name="crop_2_1")(x),
+        layers.Cropping1D(cropping=(1, 0), name="crop_1_0")(x),
     ]
     model = keras.Model(x, outputs, name="zoo_1d")
     write_model("zoo_1d", model, {"signal": rng.normal(size=(2, 7, 3)).astype(np.float32)},
-                "1-D resampling: UpSampling1D(3)")
+                "1-D resampling: UpSampling1D(3), ZeroPadding1D((1, 2)) and (2, channels_first), Cropping1D((2, 1)) and ((1, 0))")
 
 
 def small_model():

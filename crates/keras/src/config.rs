@@ -125,6 +125,32 @@ impl<'a> LayerArgs<'a> {
         }
     }
 
+    /// `(before, after)` amounts for each of `dims` spatial axes, as Keras standardises padding and
+    /// cropping arguments: one integer for all, one per axis (the same before and after), or a
+    /// pair per axis. For one axis (`ZeroPadding1D`), a list of two integers is its pair.
+    pub fn take_pairs(&mut self, argument: &str, dims: usize, default: usize) -> Result<Vec<(usize, usize)>> {
+        let value = self.take(argument);
+        let bad = |why: &str| self.bad(argument, &value, why);
+        let amount = |v: &Json| v.as_u64().map(|n| n as usize);
+        let pair = |v: &Json| match v {
+            Json::Array(items) if items.len() == 2 => Some((amount(&items[0])?, amount(&items[1])?)),
+            v => amount(v).map(|n| (n, n)),
+        };
+        match &value {
+            Json::Null => Ok(vec![(default, default); dims]),
+            Json::Number(_) => pair(&value).map(|p| vec![p; dims]).ok_or_else(|| bad("not a non-negative integer")),
+            Json::Array(items) if dims == 1 && items.len() == 2 && items.iter().all(Json::is_number) => {
+                pair(&value).map(|p| vec![p]).ok_or_else(|| bad("not two non-negative integers"))
+            }
+            Json::Array(items) if items.len() == dims => items
+                .iter()
+                .map(pair)
+                .collect::<Option<Vec<_>>>()
+                .ok_or_else(|| bad("not an integer or a pair of integers per axis")),
+            _ => Err(bad(&format!("not {dims} axis amounts"))),
+        }
+    }
+
     /// `data_format`: `true` for channels-last.
     pub fn take_channels_last(&mut self) -> Result<bool> {
         Ok(self.take_choice("data_format", "channels_last", &["channels_last", "channels_first"])? == "channels_last")

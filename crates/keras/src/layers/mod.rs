@@ -35,6 +35,8 @@ registry! {
     permute::Permute => "Permute";
     repeat_vector::RepeatVector => "RepeatVector";
     up_sampling1d::UpSampling1D => "UpSampling1D";
+    zero_padding1d::ZeroPadding1D => "ZeroPadding1D";
+    cropping1d::Cropping1D => "Cropping1D";
     merge::Merge => "Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum";
     concatenate::Concatenate => "Concatenate";
     activation::ActivationLayer => "Activation";
