@@ -16,7 +16,7 @@ Writes, next to this script (README.md says more, and describes the files' forma
   of their layers' order, a shared Dense called twice, cross-attention returning its scores;
 * `nested.keras`: a functional sub-model holding a Sequential, inside an outer model, plus a shared layer;
 * `zoo_conv`, `zoo_pool`, `zoo_norm`, `zoo_activations`, `zoo_merge`, `zoo_reshape`, `zoo_masks`,
-  `zoo_ops`, `zoo_mha`, `zoo_1d` `.keras`: layer zoo models, each layer at non-default arguments;
+  `zoo_ops`, `zoo_mha`, `zoo_1d`, `zoo_vision` `.keras`: layer zoo models, each layer at non-default arguments;
 * `<name>.probe.safetensors` for each model above (and for `small` and `timeseries_train`):
   `inputs.<input layer>`, `expected.<output layer>` (Keras' inference output) and every graph node's
   output `nodes.<layer>[@<node>][.<i>]` (sub-models' nodes as `nodes.<sub-model>/<layer>`), with
@@ -700,6 +700,46 @@ def zoo_1d():
                 "1-D resampling: UpSampling1D(3), ZeroPadding1D((1, 2)) and (2, channels_first), Cropping1D((2, 1)) and ((1, 0))")
 
 
+def zoo_vision():
+    rng = fresh(16)
+    x = keras.Input((9, 8, 3), name="image")
+    xt = layers.Permute((3, 1, 2), name="to_channels_first")(x)  # [B, 3, 9, 8]
+    outputs = [
+        layers.Conv2D(4, 3, strides=2, padding="same", name="conv_strided_same")(x),
+        layers.Conv2D(4, (2, 3), padding="same", name="conv_same_even")(x),
+        layers.Conv2D(4, 3, dilation_rate=2, name="conv_dilated_valid")(x),
+        layers.Conv2D(6, 3, groups=3, padding="same", activation="relu", name="conv_groups_relu")(x),
+        layers.Conv2D(5, (3, 2), strides=(2, 1), use_bias=False, name="conv_nobias_strides_2_1")(x),
+        layers.Conv2D(4, 3, padding="same", data_format="channels_first", name="conv_channels_first")(xt),
+        layers.DepthwiseConv2D(3, depth_multiplier=2, padding="same", name="depthwise_same_m2")(x),
+        layers.DepthwiseConv2D((2, 2), strides=2, use_bias=False, name="depthwise_strided")(x),
+        layers.SeparableConv2D(5, 3, depth_multiplier=2, padding="same", activation="tanh", name="separable_same")(x),
+        layers.SeparableConv2D(4, (3, 2), strides=2, name="separable_strided")(x),
+        layers.MaxPooling2D((3, 3), strides=2, padding="same", name="max_same")(x),
+        layers.MaxPooling2D(name="max_valid")(x),
+        layers.AveragePooling2D((2, 3), padding="same", name="avg_same")(x),
+        layers.AveragePooling2D(3, strides=1, padding="same", name="avg_same_stride_1")(x),
+        layers.MaxPooling2D(2, data_format="channels_first", name="max_channels_first")(xt),
+        layers.GlobalAveragePooling2D(name="gap")(x),
+        layers.GlobalMaxPooling2D(keepdims=True, name="gmp_keepdims")(x),
+        layers.GlobalAveragePooling2D(data_format="channels_first", name="gap_channels_first")(xt),
+        layers.ZeroPadding2D(((1, 2), (0, 3)), name="pad")(x),
+        layers.ZeroPadding2D(2, data_format="channels_first", name="pad_channels_first")(xt),
+        layers.Cropping2D(((1, 2), (2, 0)), name="crop")(x),
+        layers.Cropping2D(1, data_format="channels_first", name="crop_channels_first")(xt),
+        layers.UpSampling2D((2, 3), name="up_nearest")(x),
+        layers.UpSampling2D(2, interpolation="bilinear", name="up_bilinear")(x),
+        layers.UpSampling2D((3, 2), interpolation="bilinear", data_format="channels_first",
+                            name="up_bilinear_channels_first")(xt),
+    ]
+    model = keras.Model(x, outputs, name="zoo_vision")
+    randomise(model, rng)
+    write_model("zoo_vision", model, {"image": rng.normal(size=(2, 9, 8, 3)).astype(np.float32)},
+                "Conv2D (strides, even kernel, dilation, groups, channels_first), DepthwiseConv2D, "
+                "SeparableConv2D, Max/AveragePooling2D valid and same, GlobalAverage/MaxPooling2D, "
+                "ZeroPadding2D, Cropping2D, UpSampling2D nearest and bilinear")
+
+
 def small_model():
     """The valid model that the malformed archives are edited from."""
     x = keras.Input((4,), name="features")
@@ -946,6 +986,7 @@ MODELS = [
     zoo_ops,
     zoo_mha,
     zoo_1d,
+    zoo_vision,
     refusals,
     timeseries_train,
 ]

@@ -12,7 +12,9 @@
 
 #[macro_use]
 mod registry;
+pub mod convolution;
 pub mod moments;
+pub mod resize;
 
 // The layer classes: `file::Type => "KerasClass", ...;`, one line per type.
 registry! {
@@ -28,8 +30,13 @@ registry! {
     embedding::Embedding => "Embedding";
     masking::Masking => "Masking";
     conv1d::Conv1D => "Conv1D";
+    conv2d::Conv2D => "Conv2D";
+    depthwise_conv2d::DepthwiseConv2D => "DepthwiseConv2D";
+    separable_conv2d::SeparableConv2D => "SeparableConv2D";
     pooling1d::Pooling1D => "MaxPooling1D", "AveragePooling1D";
     global_pooling1d::GlobalPooling1D => "GlobalAveragePooling1D", "GlobalMaxPooling1D";
+    pooling2d::Pooling2D => "MaxPooling2D", "AveragePooling2D";
+    global_pooling2d::GlobalPooling2D => "GlobalAveragePooling2D", "GlobalMaxPooling2D";
     flatten::Flatten => "Flatten";
     reshape::Reshape => "Reshape";
     permute::Permute => "Permute";
@@ -37,6 +44,9 @@ registry! {
     up_sampling1d::UpSampling1D => "UpSampling1D";
     zero_padding1d::ZeroPadding1D => "ZeroPadding1D";
     cropping1d::Cropping1D => "Cropping1D";
+    up_sampling2d::UpSampling2D => "UpSampling2D";
+    zero_padding2d::ZeroPadding2D => "ZeroPadding2D";
+    cropping2d::Cropping2D => "Cropping2D";
     merge::Merge => "Add", "Subtract", "Multiply", "Average", "Maximum", "Minimum";
     concatenate::Concatenate => "Concatenate";
     activation::ActivationLayer => "Activation";

@@ -59,7 +59,7 @@ impl KerasLayer for Pooling1D {
 }
 
 /// Windows of `pool` steps along `axis`, `stride` apart, reduced by max or mean.
-fn window(x: DynTensor, axis: usize, max: bool, pool: usize, stride: usize, same: bool) -> Result<DynTensor, String> {
+pub fn window(x: DynTensor, axis: usize, max: bool, pool: usize, stride: usize, same: bool) -> Result<DynTensor, String> {
     let length = x.shape()[axis];
     let (out, left, right) = if same {
         same_padding(length, pool, stride)

@@ -118,6 +118,20 @@ def pool1d(x, maximum, pool, stride, same, channels_last):
     return y.transpose(1, 2) if channels_last else y
 
 
+def pool2d(x, maximum, pool, stride, same, channels_last):
+    """MaxPooling2D / AveragePooling2D; padding never counts (TensorFlow's SAME)."""
+    if channels_last:
+        x = x.permute(0, 3, 1, 2)  # [B, C, H, W]
+    pad = same_padding_2d(x, pool, stride, (1, 1)) if same else (0, 0, 0, 0)
+    if maximum:
+        y = F.max_pool2d(F.pad(x, pad, value=-math.inf), pool, stride)
+    else:
+        total = F.avg_pool2d(F.pad(x, pad), pool, stride, divisor_override=1)
+        ones = F.pad(torch.ones_like(x[:1, :1]), pad)
+        y = total / F.avg_pool2d(ones, pool, stride, divisor_override=1)
+    return y.permute(0, 2, 3, 1) if channels_last else y
+
+
 def global_average_pool1d(x, mask, channels_last, keepdims):
     """GlobalAveragePooling1D: the mean over the unmasked steps."""
     steps = 1 if channels_last else 2
@@ -162,6 +176,55 @@ class Conv1D(torch.nn.Module):
             x = F.pad(x, (reach - 1, 0))
         y = self.conv(x)
         y = y.transpose(1, 2) if self.channels_last else y
+        return ACTIVATIONS[self.activation](y)
+
+
+def same_padding_2d(x, kernel, stride, dilation):
+    """F.pad's amounts for TensorFlow's SAME on [B, C, H, W]: the width's pair first."""
+    (top, bottom), (left, right) = (
+        same_padding(x.shape[2 + a], (kernel[a] - 1) * dilation[a] + 1, stride[a]) for a in range(2)
+    )
+    return left, right, top, bottom
+
+
+class Conv2D(torch.nn.Module):
+    """keras.layers.Conv2D and DepthwiseConv2D (groups = channels): nn.Conv2d with TensorFlow's
+    SAME padding and Keras' channels-last layout."""
+
+    def __init__(self, in_channels, filters, kernel_size, stride, dilation, groups, bias, same, channels_last, activation):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(in_channels, filters, kernel_size, stride=stride, dilation=dilation, groups=groups, bias=bias)
+        self.same, self.channels_last, self.activation = same, channels_last, activation
+
+    def forward(self, x):
+        if self.channels_last:
+            x = x.permute(0, 3, 1, 2)  # [B, H, W, C] -> [B, C, H, W]
+        if self.same:
+            x = F.pad(x, same_padding_2d(x, self.conv.kernel_size, self.conv.stride, self.conv.dilation))
+        y = self.conv(x)
+        y = y.permute(0, 2, 3, 1) if self.channels_last else y
+        return ACTIVATIONS[self.activation](y)
+
+
+class SeparableConv2D(torch.nn.Module):
+    """keras.layers.SeparableConv2D: a depthwise nn.Conv2d (no bias), then a 1x1 one with the bias."""
+
+    def __init__(self, in_channels, filters, kernel_size, depth_multiplier, stride, dilation, bias, same, channels_last, activation):
+        super().__init__()
+        inner = in_channels * depth_multiplier
+        self.depthwise = torch.nn.Conv2d(
+            in_channels, inner, kernel_size, stride=stride, dilation=dilation, groups=in_channels, bias=False
+        )
+        self.pointwise = torch.nn.Conv2d(inner, filters, 1, bias=bias)
+        self.same, self.channels_last, self.activation = same, channels_last, activation
+
+    def forward(self, x):
+        if self.channels_last:
+            x = x.permute(0, 3, 1, 2)
+        if self.same:
+            x = F.pad(x, same_padding_2d(x, self.depthwise.kernel_size, self.depthwise.stride, self.depthwise.dilation))
+        y = self.pointwise(self.depthwise(x))
+        y = y.permute(0, 2, 3, 1) if self.channels_last else y
         return ACTIVATIONS[self.activation](y)
 
 

@@ -1,0 +1,122 @@
+//! What the 2-D convolution layers share: their window arguments as Keras saves them, and a
+//! convolution on Keras' layout with TensorFlow's padding (`same`: `ceil(L / s)` outputs, the
+//! smaller half of the padding first, asymmetric for an even total).
+
+use burn::tensor::Tensor;
+use burn::tensor::module::conv2d;
+use burn::tensor::ops::ConvOptions;
+
+use super::{Build, Call, same_padding};
+use crate::activation::Activation;
+use crate::torch::{TorchModule, activation_name, py_bool};
+use crate::value::DynTensor;
+use model::error::Result;
+use model::weights::HostTensor;
+
+/// A 2-D window: `kernel_size`, `strides`, `dilation_rate`, `padding`, `data_format`.
+#[derive(Debug, Clone, Copy)]
+pub struct Window2D {
+    pub kernel: [usize; 2],
+    pub stride: [usize; 2],
+    pub dilation: [usize; 2],
+    /// `padding="same"`; else `valid`.
+    pub same: bool,
+    pub channels_last: bool,
+}
+
+impl Window2D {
+    /// Reads the window's arguments (`kernel_size` required unless `kernel` is given).
+    pub fn take(layer: &mut Build, kernel_argument: &str) -> Result<Self> {
+        let args = &mut layer.args;
+        let kernel = two_sizes(args.take_ints(kernel_argument)?, None)
+            .ok_or_else(|| args.error(format!("{kernel_argument}: missing, or not one or two sizes")))?;
+        let stride = two_sizes(args.take_ints("strides")?, Some([1, 1]))
+            .ok_or_else(|| args.error("strides: not one or two sizes"))?;
+        let dilation = two_sizes(args.take_ints("dilation_rate")?, Some([1, 1]))
+            .ok_or_else(|| args.error("dilation_rate: not one or two sizes"))?;
+        let same = args.take_choice("padding", "valid", &["valid", "same"])? == "same";
+        let channels_last = args.take_channels_last()?;
+        if stride.iter().any(|&s| s > 1) && dilation.iter().any(|&d| d > 1) {
+            return Err(args.error("strides > 1 with dilation_rate > 1: Keras refuses this too"));
+        }
+        Ok(Self { kernel, stride, dilation, same, channels_last })
+    }
+
+    /// `[B, C, H, W]` from the layer's input (channels moved first if Keras keeps them last).
+    pub fn channels_first(&self, x: DynTensor, call: &Call) -> Result<Tensor<4>> {
+        let x = x.rank_n::<4>("a 2-D convolution's input [B, H, W, C]").map_err(|e| call.error(e))?;
+        Ok(if self.channels_last { x.permute([0, 3, 1, 2]) } else { x })
+    }
+
+    /// Back to the layer's layout.
+    pub fn back(&self, y: Tensor<4>) -> DynTensor {
+        DynTensor::from(if self.channels_last { y.permute([0, 2, 3, 1]) } else { y })
+    }
+
+    /// `conv2d` of `x: [B, C, H, W]` with `weight: [F, C / groups, kh, kw]` and TensorFlow's
+    /// padding; `[B, F, H', W']`.
+    pub fn convolve(
+        &self,
+        x: Tensor<4>,
+        weight: Tensor<4>,
+        bias: Option<Tensor<1>>,
+        groups: usize,
+        call: &Call,
+    ) -> Result<Tensor<4>> {
+        let [_, _, height, width] = x.dims();
+        let mut padding = [(0, 0); 2];
+        for (axis, length) in [height, width].into_iter().enumerate() {
+            let reach = (self.kernel[axis] - 1) * self.dilation[axis] + 1;
+            if self.same {
+                let (_, before, after) = same_padding(length, reach, self.stride[axis]);
+                padding[axis] = (before, after);
+            } else if length < reach {
+                return Err(call.error(format!(
+                    "an input of {length} along axis {axis} is shorter than the kernel's reach {reach}"
+                )));
+            }
+        }
+        let options = ConvOptions::new(self.stride, [0, 0], self.dilation, groups);
+        Ok(conv2d(x, weight, bias, ConvOptions { padding, ..options }))
+    }
+}
+
+impl Window2D {
+    /// The prelude's `Conv2D` (`nn.Conv2d` behind TensorFlow's padding and Keras' layout) with
+    /// `weight: [F, C / groups, kh, kw]` and the bias in its state dict.
+    pub fn torch_conv2d(
+        &self,
+        module: &mut TorchModule,
+        weight: Tensor<4>,
+        bias: Option<Tensor<1>>,
+        groups: usize,
+        activation: Activation,
+    ) {
+        let [filters, per_group, _, _] = weight.dims();
+        module.construct(format!(
+            "Conv2D({}, {filters}, {:?}, stride={:?}, dilation={:?}, groups={groups}, bias={}, same={}, channels_last={}, activation={:?})",
+            per_group * groups,
+            self.kernel,
+            self.stride,
+            self.dilation,
+            py_bool(bias.is_some()),
+            py_bool(self.same),
+            py_bool(self.channels_last),
+            activation_name(activation)
+        ));
+        module.tensor("conv.weight", HostTensor::from_tensor(weight));
+        if let Some(b) = bias {
+            module.tensor("conv.bias", HostTensor::from_tensor(b));
+        }
+    }
+}
+
+/// A Keras size argument of one or two positive integers as two (`default` when absent).
+pub fn two_sizes(value: Option<Vec<i64>>, default: Option<[usize; 2]>) -> Option<[usize; 2]> {
+    match value.as_deref() {
+        None => default,
+        Some(&[one]) if one > 0 => Some([one as usize; 2]),
+        Some(&[a, b]) if a > 0 && b > 0 => Some([a as usize, b as usize]),
+        _ => None,
+    }
+}

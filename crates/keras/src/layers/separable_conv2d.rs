@@ -1,0 +1,120 @@
+//! `keras.layers.SeparableConv2D(filters, kernel_size, strides, padding, data_format,
+//! dilation_rate, depth_multiplier, activation, use_bias)`: a depthwise convolution (as
+//! [`super::depthwise_conv2d`], no bias) then a 1x1 pointwise one with the bias, as TensorFlow's
+//! `separable_conv2d`. Keras saves `depthwise_kernel (kh, kw, C, m)`, `pointwise_kernel
+//! (1, 1, C m, filters)` and `bias`. It does not support masking. torch: the prelude's
+//! `SeparableConv2D`.
+
+use burn::module::{Module, Param};
+use burn::tensor::Tensor;
+use burn::tensor::module::conv2d;
+use burn::tensor::ops::ConvOptions;
+
+use super::convolution::Window2D;
+use super::{Build, Call, KerasLayer, Variable};
+use crate::activation::Activation;
+use crate::torch::{TorchCall, TorchModule, activation_name, py_bool};
+use crate::value::Value;
+use model::error::Result;
+use model::weights::HostTensor;
+
+#[derive(Module, Debug)]
+pub struct SeparableConv2D {
+    /// `[C m, 1, kh, kw]`.
+    pub depthwise: Param<Tensor<4>>,
+    /// `[filters, C m, 1, 1]`.
+    pub pointwise: Param<Tensor<4>>,
+    pub bias: Option<Param<Tensor<1>>>,
+    #[module(skip)]
+    pub window: Window2D,
+    pub channels: usize,
+    pub depth_multiplier: usize,
+    #[module(skip)]
+    pub activation: Activation,
+}
+
+impl KerasLayer for SeparableConv2D {
+    fn build(layer: &mut Build) -> Result<Self> {
+        let filters = layer.args.take_usize("filters", None)?;
+        let depth_multiplier = layer.args.take_usize("depth_multiplier", Some(1))?;
+        let use_bias = layer.args.take_bool("use_bias", true)?;
+        let window = Window2D::take(layer, "kernel_size")?;
+        let activation = layer.activation()?;
+        let device = layer.device;
+        let mut vars = layer.vars()?;
+        let [kh, kw] = window.kernel;
+        let depthwise = vars.next("depthwise_kernel", &[Some(kh), Some(kw), None, Some(depth_multiplier)])?;
+        let channels = depthwise.shape[2];
+        let inner = channels * depth_multiplier;
+        let pointwise = vars.next("pointwise_kernel", &[Some(1), Some(1), Some(inner), Some(filters)])?;
+        let bias =
+            if use_bias { Some(vars.next("bias", &[Some(filters)])?.to_tensor::<1>("bias", device)?) } else { None };
+        vars.finish()?;
+        let depthwise =
+            depthwise.to_tensor::<4>("depthwise_kernel", device)?.permute([2, 3, 0, 1]).reshape([inner, 1, kh, kw]);
+        let pointwise = pointwise.to_tensor::<4>("pointwise_kernel", device)?.permute([3, 2, 0, 1]); // [F, C m, 1, 1]
+        Ok(Self {
+            depthwise: Param::from_tensor(depthwise),
+            pointwise: Param::from_tensor(pointwise),
+            bias: bias.map(Param::from_tensor),
+            window,
+            channels,
+            depth_multiplier,
+            activation,
+        })
+    }
+
+    fn call(&self, call: &Call) -> Result<Vec<Value>> {
+        let x = self.window.channels_first(call.tensor(0, "inputs")?.tensor, call)?; // [B, C, H, W]
+        if x.dims()[1] != self.channels {
+            return Err(call.error(format!("{} input channels, the kernel takes {}", x.dims()[1], self.channels)));
+        }
+        let spread = self.window.convolve(x, self.depthwise.val(), None, self.channels, call)?; // [B, C m, H', W']
+        let options = ConvOptions::new([1, 1], [0, 0], [1, 1], 1);
+        let y = conv2d(spread, self.pointwise.val(), self.bias.as_ref().map(|b| b.val()), options); // [B, F, H', W']
+        Ok(vec![Value::float(self.activation.apply(self.window.back(y)))])
+    }
+
+    fn variables(&self) -> Vec<Variable> {
+        let [kh, kw] = self.window.kernel;
+        let depthwise =
+            self.depthwise.val().reshape([self.channels, self.depth_multiplier, kh, kw]).permute([2, 3, 0, 1]);
+        let mut vars = vec![
+            Variable::new("depthwise_kernel", HostTensor::from_tensor(depthwise)),
+            Variable::new("pointwise_kernel", HostTensor::from_tensor(self.pointwise.val().permute([2, 3, 1, 0]))),
+        ];
+        if let Some(b) = &self.bias {
+            vars.push(Variable::new("bias", HostTensor::from_tensor(b.val())));
+        }
+        vars
+    }
+
+    fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
+        let w = &self.window;
+        let filters = self.pointwise.dims()[0];
+        module.construct(format!(
+            "SeparableConv2D({}, {filters}, {:?}, depth_multiplier={}, stride={:?}, dilation={:?}, bias={}, same={}, channels_last={}, activation={:?})",
+            self.channels,
+            w.kernel,
+            self.depth_multiplier,
+            w.stride,
+            w.dilation,
+            py_bool(self.bias.is_some()),
+            py_bool(w.same),
+            py_bool(w.channels_last),
+            activation_name(self.activation)
+        ));
+        module.tensor("depthwise.weight", HostTensor::from_tensor(self.depthwise.val()));
+        module.tensor("pointwise.weight", HostTensor::from_tensor(self.pointwise.val()));
+        if let Some(b) = &self.bias {
+            module.tensor("pointwise.bias", HostTensor::from_tensor(b.val()));
+        }
+        Ok(())
+    }
+
+    fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
+        let x = call.input()?;
+        call.assign(&format!("self.{}({x})", call.attr), "None");
+        Ok("depthwise nn.Conv2d, then a 1x1 nn.Conv2d".into())
+    }
+}
