@@ -16,7 +16,7 @@ Writes, next to this script (README.md says more, and describes the files' forma
   of their layers' order, a shared Dense called twice, cross-attention returning its scores;
 * `nested.keras`: a functional sub-model holding a Sequential, inside an outer model, plus a shared layer;
 * `zoo_conv`, `zoo_pool`, `zoo_norm`, `zoo_activations`, `zoo_merge`, `zoo_reshape`, `zoo_masks`,
-  `zoo_ops`, `zoo_mha`, `zoo_1d`, `zoo_vision` `.keras`: layer zoo models, each layer at non-default arguments;
+  `zoo_ops`, `zoo_mha`, `zoo_1d`, `zoo_vision`, `zoo_preprocessing` `.keras`: layer zoo models, each layer at non-default arguments;
 * `<name>.probe.safetensors` for each model above (and for `small` and `timeseries_train`):
   `inputs.<input layer>`, `expected.<output layer>` (Keras' inference output) and every graph node's
   output `nodes.<layer>[@<node>][.<i>]` (sub-models' nodes as `nodes.<sub-model>/<layer>`), with
@@ -740,6 +740,57 @@ def zoo_vision():
                 "ZeroPadding2D, Cropping2D, UpSampling2D nearest and bilinear")
 
 
+def zoo_preprocessing():
+    rng = fresh(17)
+    images = rng.uniform(0, 255, size=(2, 10, 12, 3)).astype(np.float32)
+    x = keras.Input((10, 12, 3), name="image")
+    f = keras.Input((6, 4), name="features")
+    xt = layers.Permute((3, 1, 2), name="to_channels_first")(x)
+    adapted = layers.Normalization(axis=-1, name="norm_adapted")
+    adapted.adapt(images)
+    adapted_hw = layers.Normalization(axis=(1, 2), invert=True, name="norm_adapted_invert_hw")
+    adapted_hw.adapt(images[:, :, :, :1].repeat(3, axis=3) / 100.0)
+    groups = [
+        layers.GroupNormalization(groups=2, name="group_norm_2"),
+        layers.GroupNormalization(groups=3, axis=1, center=False, epsilon=1e-2, name="group_norm_axis_1"),
+        layers.GroupNormalization(groups=-1, name="instance_norm"),
+    ]
+    outputs = [
+        layers.Rescaling(1.0 / 255, offset=-0.5, name="rescale")(x),
+        layers.Rescaling([0.5, 2.0, -1.0], offset=0.25, name="rescale_per_channel")(x),
+        adapted(x),
+        adapted_hw(x),
+        layers.Normalization(mean=[100.0, 120.0, 140.0], variance=[400.0, 900.0, 1e-16], name="norm_given")(x),
+        layers.Normalization(axis=None, mean=2.0, variance=4.0, invert=True, name="norm_scalar_invert")(x),
+        layers.Resizing(6, 7, name="resize_down")(x),
+        layers.Resizing(15, 16, interpolation="nearest", name="resize_nearest_up")(x),
+        layers.Resizing(7, 5, interpolation="nearest", name="resize_nearest_down")(x),
+        layers.Resizing(8, 8, crop_to_aspect_ratio=True, name="resize_crop_aspect")(x),
+        layers.Resizing(9, 5, data_format="channels_first", name="resize_channels_first")(xt),
+        layers.CenterCrop(6, 8, name="center_crop")(x),
+        layers.CenterCrop(12, 6, name="center_crop_smaller")(x),
+        layers.RandomFlip(name="random_flip")(x),
+        layers.RandomRotation(0.2, name="random_rotation")(x),
+        layers.RandomZoom(0.3, name="random_zoom")(x),
+        layers.RandomContrast(0.5, name="random_contrast")(x),
+        layers.RandomTranslation(0.1, 0.2, name="random_translation")(x),
+        layers.RandomBrightness(0.2, name="random_brightness")(x),
+        layers.RandomCrop(5, 6, name="random_crop")(x),
+        layers.UnitNormalization(name="unit_norm")(f),
+        layers.UnitNormalization(axis=[1, 2], name="unit_norm_1_2")(f),
+    ] + [g(f) for g in groups]
+    model = keras.Model([x, f], outputs, name="zoo_preprocessing")
+    for g in groups:
+        for weight in g.weights:
+            weight.assign(rng.normal(scale=0.5, size=weight.shape).astype(np.float32))
+    write_model("zoo_preprocessing", model,
+                {"image": images, "features": rng.normal(size=(2, 6, 4)).astype(np.float32)},
+                "Rescaling (scalar, per channel), Normalization (adapted, adapted over (1, 2) inverted, given, "
+                "scalar inverted), Resizing (bilinear down, nearest up and down, crop_to_aspect_ratio, "
+                "channels_first), CenterCrop (crop, smaller image), the Random* augmentations at inference, "
+                "UnitNormalization, GroupNormalization (2 groups, axis 1, instance)")
+
+
 def small_model():
     """The valid model that the malformed archives are edited from."""
     x = keras.Input((4,), name="features")
@@ -987,6 +1038,7 @@ MODELS = [
     zoo_mha,
     zoo_1d,
     zoo_vision,
+    zoo_preprocessing,
     refusals,
     timeseries_train,
 ]

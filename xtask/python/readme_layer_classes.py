@@ -18,7 +18,7 @@ def registry_classes():
     source = open(os.path.join(ROOT, "crates/keras/src/layers/mod.rs")).read()
     block = source[source.index("registry! {"):]
     block = block[: block.index("\n}")]
-    return [c for line in block.splitlines() if "=>" in line for c in re.findall(r'"([^"]+)"', line)]
+    return re.findall(r"\"([^\"]+)\"", block)
 
 
 def wrapped(text, width=100):

@@ -447,6 +447,14 @@ impl DynTensor {
         self.expand_dims(axis + 1)?.broadcast_to(&spread)?.reshape(&shape)
     }
 
+    /// The entries `indices` along `axis`, in that order (`numpy.take`).
+    pub fn take_axis(self, axis: usize, indices: &[usize]) -> Result<Self> {
+        let device = self.device();
+        let data: Vec<i64> = indices.iter().map(|&i| i as i64).collect();
+        let indices = Tensor::<1, burn::tensor::Int>::from_data(TensorData::new(data, [indices.len()]), &device);
+        Ok(map_rank!(self, t => t.select(axis, indices.clone())))
+    }
+
     /// Zeros (or `value`) added before and after `axis`.
     pub fn pad_axis(self, axis: usize, before: usize, after: usize, value: f32) -> Result<Self> {
         if before == 0 && after == 0 {

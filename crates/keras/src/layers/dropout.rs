@@ -43,7 +43,7 @@ impl KerasLayer for Dropout {
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let x = call.input()?;
-        let y = format!("dropout({x}, {:?}, {}, {})", self.rate, py_bool(self.spatial), call.training());
+        let y = format!("dropout({x}, {:?}, {}, self.training)", self.rate, py_bool(self.spatial));
         call.assign(&y, &call.previous_mask());
         Ok("dropout (identity in eval)".into())
     }

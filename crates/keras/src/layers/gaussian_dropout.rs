@@ -35,7 +35,7 @@ impl KerasLayer for GaussianDropout {
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let x = call.input()?;
-        call.assign(&format!("gaussian_dropout({x}, {:?}, {})", self.rate, call.training()), &call.previous_mask());
+        call.assign(&format!("gaussian_dropout({x}, {:?}, self.training)", self.rate), &call.previous_mask());
         Ok("Gaussian dropout (identity in eval)".into())
     }
 }

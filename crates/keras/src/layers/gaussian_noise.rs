@@ -32,7 +32,7 @@ impl KerasLayer for GaussianNoise {
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let x = call.input()?;
-        call.assign(&format!("gaussian_noise({x}, {:?}, {})", self.stddev, call.training()), &call.previous_mask());
+        call.assign(&format!("gaussian_noise({x}, {:?}, self.training)", self.stddev), &call.previous_mask());
         Ok("Gaussian noise (identity in eval)".into())
     }
 }

@@ -24,6 +24,8 @@ registry! {
     multi_head_attention::MultiHeadAttention => "MultiHeadAttention";
     layer_normalization::LayerNormalization => "LayerNormalization";
     batch_normalization::BatchNormalization => "BatchNormalization";
+    group_normalization::GroupNormalization => "GroupNormalization";
+    unit_normalization::UnitNormalization => "UnitNormalization";
     dropout::Dropout => "Dropout", "SpatialDropout1D";
     gaussian_noise::GaussianNoise => "GaussianNoise";
     gaussian_dropout::GaussianDropout => "GaussianDropout";
@@ -56,6 +58,12 @@ registry! {
     prelu::PReLU => "PReLU";
     elu::ELU => "ELU";
     identity::Identity => "Identity";
+    rescaling::Rescaling => "Rescaling";
+    normalization::Normalization => "Normalization";
+    resizing::Resizing => "Resizing";
+    center_crop::CenterCrop => "CenterCrop";
+    augmentation::Augmentation => "RandomFlip", "RandomRotation", "RandomZoom", "RandomContrast", "RandomTranslation",
+        "RandomBrightness", "RandomCrop";
 }
 
 pub use registry::supported_classes;
@@ -240,12 +248,11 @@ impl Call<'_> {
         }
     }
 
-    /// Keras' `training`: the call's own `training=` when recorded, else the model's.
+    /// Keras' `training` for this call: the model's. A functional model called with `training`
+    /// set hands it to every layer that takes it, over what the node recorded (Dropout records
+    /// `False`, the augmentation layers `True`: keras 3.15's `functional.operation_fn`).
     pub fn training(&self) -> bool {
-        match self.kwarg("training") {
-            Some(Input::Const(Json::Bool(b))) => *b,
-            _ => self.training,
-        }
+        self.training
     }
 }
 

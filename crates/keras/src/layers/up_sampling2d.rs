@@ -1,15 +1,14 @@
 //! `keras.layers.UpSampling2D(size, data_format, interpolation)`: `nearest` repeats every row and
 //! column (`ops.repeat`); `bilinear` resizes to `size` times the height and width as TensorFlow's
 //! `tf.image.resize` does ([`super::resize`]). It does not support masking. torch:
-//! `repeat_interleave`, or `F.interpolate(mode="bilinear", align_corners=False)` (the same
-//! half-pixel rule).
+//! `repeat_interleave`, or the prelude's `resize` (TensorFlow's arithmetic).
 
 use burn::module::Module;
 
 use super::convolution::two_sizes;
 use super::resize::bilinear_axis;
 use super::{Build, Call, KerasLayer};
-use crate::torch::TorchCall;
+use crate::torch::{TorchCall, py_bool};
 use crate::value::Value;
 use model::error::Result;
 
@@ -36,7 +35,8 @@ impl KerasLayer for UpSampling2D {
             return Err(call.error(format!("an input of shape {shape:?}; UpSampling2D takes rank 4")));
         }
         let first = if self.channels_last { 1 } else { 2 };
-        for (axis, &factor) in self.size.iter().enumerate() {
+        // The width first, as TensorFlow interpolates.
+        for (axis, &factor) in self.size.iter().enumerate().rev() {
             let axis = first + axis;
             x = if self.bilinear { bilinear_axis(x, axis, shape[axis] * factor)? } else { x.repeat_axis(axis, factor)? };
         }
@@ -48,12 +48,13 @@ impl KerasLayer for UpSampling2D {
         let [h, w] = self.size;
         let first = if self.channels_last { 1 } else { 2 };
         let y = if self.bilinear {
-            let resized = |t: &str| format!("F.interpolate({t}, scale_factor=({h}, {w}), mode=\"bilinear\", align_corners=False)");
-            if self.channels_last { format!("{}.permute(0, 2, 3, 1)", resized(&format!("{x}.permute(0, 3, 1, 2)"))) } else { resized(&x) }
+            let (rows, columns) = if self.channels_last { (1, 2) } else { (2, 3) };
+            let size = format!("({x}.shape[{rows}] * {h}, {x}.shape[{columns}] * {w})");
+            format!("resize({x}, {size}, True, False, {})", py_bool(self.channels_last))
         } else {
             format!("torch.repeat_interleave(torch.repeat_interleave({x}, {h}, dim={first}), {w}, dim={})", first + 1)
         };
         call.assign(&y, "None");
-        Ok(if self.bilinear { "F.interpolate, bilinear" } else { "repeat_interleave" }.into())
+        Ok(if self.bilinear { "resize, TensorFlow's bilinear" } else { "repeat_interleave" }.into())
     }
 }

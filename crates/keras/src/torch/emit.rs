@@ -106,16 +106,6 @@ impl TorchCall<'_> {
     pub fn flag(&self, name: &str) -> bool {
         matches!(self.kwarg(name), Some(Arg::Const(Json::Bool(true))))
     }
-
-    /// The recorded `training=` of a call (Dropout records `False` when Keras forced it), else
-    /// the module's.
-    pub fn training(&self) -> &'static str {
-        match self.kwarg("training") {
-            Some(Arg::Const(Json::Bool(true))) => "True",
-            Some(Arg::Const(Json::Bool(false))) => "False",
-            _ => "self.training",
-        }
-    }
 }
 
 /// The variable of a port: `x5` for a node's first output, `x5_1` for its second.

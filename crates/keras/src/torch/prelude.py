@@ -132,6 +132,62 @@ def pool2d(x, maximum, pool, stride, same, channels_last):
     return y.permute(0, 2, 3, 1) if channels_last else y
 
 
+def aspect_crop(rows, columns, height, width):
+    """Keras' crop_to_aspect_ratio window: (start, size) along the rows, then the columns."""
+    crop_rows = max(min(int(float(columns * height) / width), rows), 1)
+    crop_columns = max(min(int(float(rows * width) / height), columns), 1)
+    return (int((rows - crop_rows) / 2), crop_rows), (int((columns - crop_columns) / 2), crop_columns)
+
+
+def resize_bilinear(x, size):
+    """tf.image.resize(method="bilinear") on [B, C, H, W]: half-pixel centres, float32 positions,
+    `a + (b - a) * t` with the width first, as TensorFlow computes it (F.interpolate weighs the
+    two pixels instead, which rounds differently on 0-255 images)."""
+    for axis, out in ((3, size[1]), (2, size[0])):
+        length = x.shape[axis]
+        scale = torch.tensor(float(length), dtype=torch.float32) / out
+        position = (torch.arange(out, dtype=torch.float32) + 0.5) * scale - 0.5
+        floor = torch.floor(position)
+        lower = torch.clamp(floor, min=0).long().clamp(max=length - 1)
+        upper = torch.clamp(torch.ceil(position), min=0).long().clamp(max=length - 1)
+        t = (position - floor).reshape([-1 if a == axis else 1 for a in range(4)])
+        a, b = x.index_select(axis, lower), x.index_select(axis, upper)
+        x = a + (b - a) * t
+    return x
+
+
+def resize_nearest(x, size):
+    """tf.image.resize(method="nearest") on [B, C, H, W]: half-pixel centres, floor."""
+    for axis, out in ((2, size[0]), (3, size[1])):
+        length = x.shape[axis]
+        scale = torch.tensor(float(length), dtype=torch.float32) / out
+        source = torch.clamp(torch.floor((torch.arange(out, dtype=torch.float32) + 0.5) * scale).long(), max=length - 1)
+        x = x.index_select(axis, source)
+    return x
+
+
+def resize(x, size, bilinear, crop_to_aspect_ratio, channels_last):
+    """keras.layers.Resizing as TensorFlow resizes (no antialiasing)."""
+    if channels_last:
+        x = x.permute(0, 3, 1, 2)
+    if crop_to_aspect_ratio:
+        (top, rows), (left, columns) = aspect_crop(x.shape[2], x.shape[3], *size)
+        x = x[:, :, top:top + rows, left:left + columns]
+    x = resize_bilinear(x, size) if bilinear else resize_nearest(x, size)
+    return x.permute(0, 2, 3, 1) if channels_last else x
+
+
+def center_crop(x, size, channels_last):
+    """keras.layers.CenterCrop: the centred window, or Keras' smart_resize for a smaller image."""
+    rows, columns = (x.shape[1], x.shape[2]) if channels_last else (x.shape[2], x.shape[3])
+    if rows >= size[0] and columns >= size[1]:
+        top, left = (rows - size[0]) // 2, (columns - size[1]) // 2
+        if channels_last:
+            return x[:, top:top + size[0], left:left + size[1], :]
+        return x[:, :, top:top + size[0], left:left + size[1]]
+    return resize(x, size, True, True, channels_last)
+
+
 def global_average_pool1d(x, mask, channels_last, keepdims):
     """GlobalAveragePooling1D: the mean over the unmasked steps."""
     steps = 1 if channels_last else 2
@@ -299,6 +355,55 @@ class BatchNormalization(torch.nn.Module):
         else:
             mean, variance = self.moving_mean.reshape(shape), self.moving_variance.reshape(shape)
         return normalize(x, mean, variance, self.epsilon, self.gamma, self.beta, shape)
+
+
+class GroupNormalization(torch.nn.Module):
+    """keras.layers.GroupNormalization: groups of channels of `axis`, normalised over every other
+    axis but the batch's, in Keras' order of operations."""
+
+    def __init__(self, channels, groups, axis, epsilon, center, scale):
+        super().__init__()
+        self.gamma = torch.nn.Parameter(torch.ones(channels)) if scale else None
+        self.beta = torch.nn.Parameter(torch.zeros(channels)) if center else None
+        self.groups, self.axis, self.epsilon = groups, axis, epsilon
+
+    def forward(self, x):
+        axis = self.axis % x.dim()
+        channels = x.shape[axis]
+        groups = channels if self.groups == -1 else self.groups
+        grouped = list(x.shape[:axis]) + [groups, channels // groups] + list(x.shape[axis + 1:])
+        xg = x.reshape(grouped)
+        reduce = [a for a in range(1, x.dim() + 1) if a != axis]
+        mean = xg.mean(dim=reduce, keepdim=True)
+        variance = torch.square(xg - mean).mean(dim=reduce, keepdim=True)
+        shape = [1] * (x.dim() + 1)
+        shape[axis], shape[axis + 1] = groups, channels // groups
+        inv = torch.rsqrt(variance + self.epsilon)
+        if self.gamma is not None:
+            inv = inv * self.gamma.reshape(shape)
+        offset = -mean * inv
+        if self.beta is not None:
+            offset = offset + self.beta.reshape(shape)
+        return (xg * inv + offset).reshape(x.shape)
+
+
+class Normalization(torch.nn.Module):
+    """keras.layers.Normalization: (x - mean) / max(sqrt(variance), 1e-7), or its inverse."""
+
+    def __init__(self, shape, axes, invert):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(shape))
+        self.register_buffer("variance", torch.ones(shape))
+        self.axes, self.invert = axes, invert
+
+    def forward(self, x):
+        kept = sorted(a % x.dim() for a in self.axes)
+        broadcast = [1] * x.dim()
+        for size, axis in zip(reversed(self.mean.shape), reversed(kept)):
+            broadcast[axis] = size
+        mean = self.mean.reshape(broadcast)
+        deviation = torch.clamp(torch.sqrt(self.variance.reshape(broadcast)), min=1e-7)
+        return mean + x * deviation if self.invert else (x - mean) / deviation
 
 
 class PReLU(torch.nn.Module):
