@@ -16,7 +16,7 @@ Writes, next to this script (README.md says more, and describes the files' forma
   of their layers' order, a shared Dense called twice, cross-attention returning its scores;
 * `nested.keras`: a functional sub-model holding a Sequential, inside an outer model, plus a shared layer;
 * `zoo_conv`, `zoo_pool`, `zoo_norm`, `zoo_activations`, `zoo_merge`, `zoo_reshape`, `zoo_masks`,
-  `zoo_ops`, `zoo_mha`, `zoo_1d`, `zoo_vision`, `zoo_preprocessing` `.keras`: layer zoo models, each layer at non-default arguments;
+  `zoo_ops`, `zoo_mha`, `zoo_1d`, `zoo_vision`, `zoo_preprocessing`, `zoo_attention_layers` `.keras`: layer zoo models, each layer at non-default arguments;
 * `<name>.probe.safetensors` for each model above (and for `small` and `timeseries_train`):
   `inputs.<input layer>`, `expected.<output layer>` (Keras' inference output) and every graph node's
   output `nodes.<layer>[@<node>][.<i>]` (sub-models' nodes as `nodes.<sub-model>/<layer>`), with
@@ -791,6 +791,30 @@ def zoo_preprocessing():
                 "UnitNormalization, GroupNormalization (2 groups, axis 1, instance)")
 
 
+def zoo_attention_layers():
+    rng = fresh(18)
+    tokens = keras.Input((6,), dtype="int32", name="tokens")
+    frames = keras.Input((5, 4), name="frames")
+    embedded = layers.Embedding(30, 4, mask_zero=True, name="embed")(tokens)  # masked [B, 6, 4]
+    outputs = [
+        layers.Attention(name="dot")([frames, embedded]),
+        layers.Attention(use_scale=True, name="dot_scaled_key")([frames, embedded, embedded]),
+        layers.Attention(score_mode="concat", use_scale=True, name="concat_scaled")([embedded, frames]),
+        layers.Attention(name="self_causal")([embedded, embedded], use_causal_mask=True),
+        layers.AdditiveAttention(name="additive")([frames, embedded]),
+        layers.AdditiveAttention(use_scale=False, name="additive_unscaled_masked_query")([embedded, frames]),
+    ]
+    output, scores = layers.Attention(name="dot_scores")([embedded, frames], return_attention_scores=True)
+    outputs += [output, scores]
+    model = keras.Model([tokens, frames], outputs, name="zoo_attention_layers")
+    randomise(model, rng)
+    ids = padded_tokens(rng, 2, 6, [2, 0], vocab=30)
+    write_model("zoo_attention_layers", model,
+                {"tokens": ids, "frames": rng.normal(size=(2, 5, 4)).astype(np.float32)},
+                "Attention (dot, use_scale with a key, concat, causal, returned scores) and AdditiveAttention "
+                "(scaled, unscaled), with Embedding masks on the query and the value")
+
+
 def small_model():
     """The valid model that the malformed archives are edited from."""
     x = keras.Input((4,), name="features")
@@ -1039,6 +1063,7 @@ MODELS = [
     zoo_1d,
     zoo_vision,
     zoo_preprocessing,
+    zoo_attention_layers,
     refusals,
     timeseries_train,
 ]

@@ -304,7 +304,14 @@ impl<'a> Builder<'a> {
         let mut outputs = Vec::new();
         for (name, node, tensor) in &output_refs {
             let port = self.resolve(&mut scope, name, *node, *tensor)?;
-            outputs.push((name.clone(), port));
+            // A layer named by several outputs: `name@node`, and `.tensor` for one node's outputs.
+            let same_name = output_refs.iter().filter(|(n, _, _)| n == name).count();
+            let same_node = output_refs.iter().filter(|(n, k, _)| n == name && k == node).count();
+            let mut key = if same_name > 1 { format!("{name}@{node}") } else { name.clone() };
+            if same_node > 1 {
+                key = format!("{key}.{tensor}");
+            }
+            outputs.push((key, port));
         }
         Ok(outputs)
     }

@@ -22,6 +22,8 @@ registry! {
     dense::Dense => "Dense";
     einsum_dense::EinsumDense => "EinsumDense";
     multi_head_attention::MultiHeadAttention => "MultiHeadAttention";
+    attention::Attention => "Attention";
+    additive_attention::AdditiveAttention => "AdditiveAttention";
     layer_normalization::LayerNormalization => "LayerNormalization";
     batch_normalization::BatchNormalization => "BatchNormalization";
     group_normalization::GroupNormalization => "GroupNormalization";

@@ -477,6 +477,68 @@ class MultiHeadAttention(torch.nn.Module):
         return (out, probs) if return_attention_scores else out
 
 
+def apply_attention_scores(scores, value, query_mask, value_mask, use_causal_mask, rate, training):
+    """Keras' Attention._apply_scores and call: hidden keys lowered by 1e9, softmax, dropout,
+    the weighted values, masked queries' rows zeroed."""
+    visible = None if value_mask is None else value_mask.bool().unsqueeze(-2)
+    if use_causal_mask:
+        tq, tv = scores.shape[-2], scores.shape[-1]
+        causal = torch.ones(tq, tv, dtype=torch.bool, device=scores.device).tril().unsqueeze(0)
+        visible = causal if visible is None else visible & causal
+    if visible is not None:
+        scores = torch.where(visible, scores, scores - 1e9)
+    weights = torch.softmax(scores, dim=-1)
+    weights = F.dropout(weights, rate, training)
+    output = torch.matmul(weights, value)
+    if query_mask is not None:
+        output = torch.where(query_mask.bool().unsqueeze(-1), output, 0.0)
+    return output, weights
+
+
+class Attention(torch.nn.Module):
+    """keras.layers.Attention: dot-product scores (times `scale`), or "concat" scores."""
+
+    def __init__(self, use_scale, concat, dropout):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(())) if use_scale else None
+        self.concat_score_weight = torch.nn.Parameter(torch.ones(())) if concat else None
+        self.rate = dropout
+
+    def forward(self, query, value, key, query_mask, value_mask, use_causal_mask=False, return_attention_scores=False):
+        if self.concat_score_weight is None:
+            scores = torch.matmul(query, key.transpose(-2, -1))
+            if self.scale is not None:
+                scores = scores * self.scale
+        else:
+            pairs = query.unsqueeze(-2) + key.unsqueeze(-3)
+            if self.scale is not None:
+                pairs = self.scale * pairs
+            scores = self.concat_score_weight * torch.sum(torch.tanh(pairs), dim=-1)
+        output, weights = apply_attention_scores(
+            scores, value, query_mask, value_mask, use_causal_mask, self.rate, self.training
+        )
+        return (output, weights) if return_attention_scores else output
+
+
+class AdditiveAttention(torch.nn.Module):
+    """keras.layers.AdditiveAttention: scores sum(scale * tanh(q + k)) over the features."""
+
+    def __init__(self, width, use_scale, dropout):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(width)) if use_scale else None
+        self.rate = dropout
+
+    def forward(self, query, value, key, query_mask, value_mask, use_causal_mask=False, return_attention_scores=False):
+        pairs = torch.tanh(query.unsqueeze(-2) + key.unsqueeze(-3))
+        if self.scale is not None:
+            pairs = self.scale * pairs
+        scores = torch.sum(pairs, dim=-1)
+        output, weights = apply_attention_scores(
+            scores, value, query_mask, value_mask, use_causal_mask, self.rate, self.training
+        )
+        return (output, weights) if return_attention_scores else output
+
+
 def dropout(x, rate, spatial, training):
     """Dropout / SpatialDropout1D (whole channels)."""
     if not training or rate == 0:
