@@ -6,6 +6,7 @@ mod compare;
 mod config_args;
 mod convert;
 mod export;
+mod flatten;
 mod predict;
 mod train;
 mod verify;
@@ -77,6 +78,9 @@ enum Command {
     /// Export a trained run for Burn, Keras or PyTorch.
     #[command(long_about = export::LONG_ABOUT)]
     Export(export::Args),
+    /// Re-trace a Keras model's custom layers into built-in layers (runs Python and Keras).
+    #[command(long_about = flatten::LONG_ABOUT)]
+    Flatten(flatten::Args),
     /// Run a whole Keras model (.keras) in Burn on inputs from a safetensors file.
     #[command(long_about = predict::long_about())]
     Predict(predict::Args),
@@ -94,6 +98,7 @@ fn main() -> ExitCode {
         Command::Compare(args) => compare::run(args),
         Command::Convert(args) => convert::run(args),
         Command::Export(args) => export::run(args),
+        Command::Flatten(args) => flatten::run(args),
         Command::Predict(args) => predict::run(args),
         Command::Verify(args) => verify::run(args),
     };

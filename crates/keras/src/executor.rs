@@ -12,7 +12,7 @@ use super::graph::{Arg, Graph, InputSpec};
 use super::layers::input_layer::InputLayer;
 use super::layers::{Call, Input, Layer};
 use super::saved::{SavedWeights, Store};
-use super::value::{DType, DynTensor, Value};
+use super::value::{DType, DynTensor, Value, constant_tensor};
 use model::error::{ModelError, Result};
 use model::weights::{HostTensor, WeightMap};
 
@@ -159,6 +159,13 @@ impl KerasModel {
                 ),
             });
         }
+        let Some(device) = inputs.first().map(DynTensor::device) else {
+            return Err(ModelError::InvalidConfig {
+                field: "inputs",
+                value: "none".into(),
+                reason: "the model takes none".into(),
+            });
+        };
         let mut values: Vec<Option<Vec<Value>>> = vec![None; graph.nodes.len()];
         for (spec, tensor) in graph.inputs.iter().zip(inputs) {
             check_input_shape(spec, &tensor.shape())?;
@@ -169,7 +176,7 @@ impl KerasModel {
         for (index, node) in graph.nodes.iter().enumerate() {
             if values[index].is_none() {
                 let what = format!("layer {} ({})", node.label, graph.layer_of(node).class_name);
-                let resolve = |arg: &Arg| resolve(arg, &values, &what);
+                let resolve = |arg: &Arg| resolve(arg, &values, &what, &device);
                 let args = node.args.iter().map(resolve).collect::<Result<Vec<_>>>()?;
                 let kwargs =
                     node.kwargs.iter().map(|(k, a)| Ok((k.clone(), resolve(a)?))).collect::<Result<Vec<_>>>()?;
@@ -255,7 +262,9 @@ fn read_burnpack(path: &Path, bytes: Vec<u8>) -> Result<(serde_json::Value, Stor
 }
 
 /// A recorded argument with the values computed so far.
-fn resolve(arg: &Arg, values: &[Option<Vec<Value>>], what: &str) -> Result<Input> {
+/// A node's argument with its tensors in place; a constant tensor saved in the graph (a value
+/// computed while Keras traced it) becomes a tensor on `device`.
+fn resolve(arg: &Arg, values: &[Option<Vec<Value>>], what: &str, device: &Device) -> Result<Input> {
     Ok(match arg {
         Arg::Tensor(port) => {
             Input::Tensor(values[port.node].as_ref().and_then(|v| v.get(port.index)).cloned().ok_or_else(|| {
@@ -266,8 +275,11 @@ fn resolve(arg: &Arg, values: &[Option<Vec<Value>>], what: &str) -> Result<Input
                 }
             })?)
         }
-        Arg::List(items) => Input::List(items.iter().map(|a| resolve(a, values, what)).collect::<Result<_>>()?),
-        Arg::Const(c) => Input::Const(c.clone()),
+        Arg::List(items) => Input::List(items.iter().map(|a| resolve(a, values, what, device)).collect::<Result<_>>()?),
+        Arg::Const(c) => match constant_tensor(c) {
+            Some((host, dtype)) => Input::Tensor(Value::new(DynTensor::from_host(&host, device)?, dtype)),
+            None => Input::Const(c.clone()),
+        },
     })
 }
 

@@ -597,6 +597,42 @@ impl DType {
     }
 }
 
+/// A constant tensor saved in a node's arguments: Keras writes a value computed while the graph
+/// was built (`{"class_name": "__tensor__", "config": {"value": [[...]], "dtype": "float32"}}`,
+/// or `__numpy__` for a numpy array) as nested lists. `None` for anything else.
+pub fn constant_tensor(value: &serde_json::Value) -> Option<(HostTensor, DType)> {
+    use serde_json::Value as Json;
+    let object = value.as_object()?;
+    if !matches!(object.get("class_name")?.as_str()?, "__tensor__" | "__numpy__") {
+        return None;
+    }
+    let config = object.get("config")?;
+    let dtype = config.get("dtype").and_then(Json::as_str).and_then(DType::parse).unwrap_or(DType::Float);
+    let values = config.get("value")?;
+    let mut shape = Vec::new();
+    let mut level = values;
+    while let Json::Array(items) = level {
+        shape.push(items.len());
+        level = items.first()?;
+    }
+    fn leaves(v: &Json, out: &mut Vec<f32>) -> bool {
+        match v {
+            Json::Number(n) => n.as_f64().map(|x| out.push(x as f32)).is_some(),
+            Json::Bool(b) => {
+                out.push(*b as u8 as f32);
+                true
+            }
+            Json::Array(items) => items.iter().all(|i| leaves(i, out)),
+            _ => false,
+        }
+    }
+    let mut data = Vec::new();
+    if !leaves(values, &mut data) || data.len() != shape.iter().product::<usize>() {
+        return None;
+    }
+    Some((HostTensor::new(if shape.is_empty() { vec![1] } else { shape }, data), dtype))
+}
+
 /// A tensor flowing through a Keras graph: its values, dtype and Keras mask.
 #[derive(Debug, Clone)]
 pub struct Value {

@@ -111,7 +111,9 @@ fn unsupported(file: &Path, spec: &LayerSpec, place: &str) -> ModelError {
     let kind = match spec.class_name.as_str() {
         "Lambda" => "a Lambda layer (Python code, which a file cannot carry)".to_string(),
         _ if !spec.module.starts_with("keras") => format!(
-            "a custom layer (registered as {:?}), whose Python code a file does not carry",
+            "a custom layer (registered as {:?}), whose Python code a file does not carry. \
+             `cargo xtask flatten FILE --import YOUR_LAYERS.py --out FLAT.keras` re-traces custom layers \
+             into built-in ones, with your Python and Keras",
             spec.registered_name.as_deref().unwrap_or(&spec.class_name)
         ),
         class => format!("a layer class this converter does not support ({class})"),

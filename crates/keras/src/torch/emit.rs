@@ -10,6 +10,7 @@ use serde_json::Value as Json;
 
 use crate::activation::Activation;
 use crate::graph::{Arg, Node, Port};
+use crate::value::{DType, constant_tensor};
 use model::error::{ModelError, Result};
 use model::weights::{HostTensor, WeightMap};
 
@@ -135,7 +136,19 @@ pub fn literal(value: &Json) -> String {
         Json::Number(n) => n.to_string(),
         Json::String(s) => format!("{s:?}"),
         Json::Array(items) => format!("[{}]", items.iter().map(literal).collect::<Vec<_>>().join(", ")),
-        Json::Object(_) => "None".into(),
+        Json::Object(_) => match constant_tensor(value) {
+            Some((host, dtype)) => format!(
+                "torch.tensor({:?}, dtype={}).reshape({:?})",
+                host.data,
+                match dtype {
+                    DType::Float => "torch.float32",
+                    DType::Int => "torch.int64",
+                    DType::Bool => "torch.bool",
+                },
+                host.shape
+            ),
+            None => "None".into(),
+        },
     }
 }
 

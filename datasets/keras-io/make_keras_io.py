@@ -1,0 +1,68 @@
+"""Small versions of keras.io's attention examples, written by the real Keras, for the flattener's
+and the converter's tests.
+
+Run from the repository root (keras 3.15.1 on tensorflow-cpu):
+
+    python3 datasets/keras-io/make_keras_io.py [EXAMPLE ...]
+
+For each example module here (its custom layers and `build_model` as keras.io writes them):
+`<example>.keras` (random weights, seeded) and `<example>.probe.safetensors` with `inputs.<input>`
+and `expected.<output>` (Keras' inference outputs, keyed by the model's output names). The
+custom-layer examples are read through `cargo xtask flatten FILE --import <example>.py`; the
+flattening options each needs are in `FLATTEN` (the test reads them from the probe's metadata).
+"""
+
+import importlib
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np  # noqa: E402
+import keras  # noqa: E402
+from safetensors.numpy import save_file  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+# example -> (seed, batch of the probe, flatten options as command-line arguments)
+EXAMPLES = {
+    "text_classification": (1, 3, []),
+}
+
+
+def write(name):
+    seed, batch, flatten_options = EXAMPLES[name]
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(seed)
+    rng = np.random.default_rng(seed)
+    module = importlib.import_module(name)
+    model = module.build_model()
+    for weight in model.weights:
+        weight.assign(rng.normal(scale=0.3, size=weight.shape).astype(np.float32))
+    path = os.path.join(HERE, f"{name}.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    inputs = {}
+    for tensor in loaded.inputs:
+        shape = [batch] + list(tensor.shape[1:])
+        vocab = next(l.input_dim for l in loaded._flatten_layers() if isinstance(l, keras.layers.Embedding))
+        inputs[tensor.name] = rng.integers(1, vocab, size=shape).astype(tensor.dtype)
+    ordered = [inputs[t.name] for t in loaded.inputs]
+    outputs = keras.tree.flatten(loaded(ordered[0] if len(ordered) == 1 else ordered, training=False))
+    tensors = {f"inputs.{k}": v for k, v in inputs.items()}
+    tensors.update({f"expected.{n}": np.asarray(o) for n, o in zip(loaded.output_names, outputs)})
+    metadata = {"keras_version": keras.__version__, "flatten": json.dumps(flatten_options),
+                "source": f"{name}.py"}
+    save_file(tensors, os.path.join(HERE, f"{name}.probe.safetensors"), metadata=metadata)
+    print(f"wrote {name}.keras ({os.path.getsize(path)} bytes) and its probe: outputs {loaded.output_names}")
+
+
+def main():
+    chosen = sys.argv[1:] or list(EXAMPLES)
+    for name in chosen:
+        write(name)
+
+
+if __name__ == "__main__":
+    main()

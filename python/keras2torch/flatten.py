@@ -1,0 +1,345 @@
+"""Custom Keras layers re-traced into built-in layers and operation nodes.
+
+A Keras 3 layer's `call` run directly on symbolic `KerasTensor`s records what it does as nodes of
+a functional graph: its sublayers' calls as layer nodes, its `keras.ops` calls (and `x + y`) as
+operation nodes. `flatten` walks a model's graph and re-runs every node: a built-in layer is
+called as it was (the same object, so the same weights); a custom layer (or a subclassed model)
+has its `call` run on the symbolic tensors instead, recursively, so that what remains is a plain
+functional model of built-in classes that `cargo xtask convert` and `predict` read. Values that
+`call` computes eagerly while tracing (an `Embedding` of `ops.arange(length)`) become constants
+of the graph.
+
+What cannot be traced is named with the reason and left as it was (`convert` then refuses it by
+name): raw TensorFlow ops on symbolic tensors (`tf.shape`, `tf.image.extract_patches`), Python
+control flow on tensor values, a layer's own weights read in `call` (they would become
+constants), sizes unknown while tracing (give `batch_size` or `--shape NAME=...`).
+
+    python -m keras2torch.flatten MODEL.keras --import LAYERS.py --out FLAT.keras
+"""
+
+import argparse
+import importlib.util
+import inspect
+import os
+import sys
+import tempfile
+import traceback
+from dataclasses import dataclass, field
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+
+
+@dataclass
+class FlattenReport:
+    """What `flatten` did: the custom layers traced and those left, with the reason."""
+
+    traced: list = field(default_factory=list)
+    """`(layer name, class name)` of every custom layer (or subclassed model) re-traced."""
+    kept: list = field(default_factory=list)
+    """`(layer name, class name, reason)` of every custom layer left as it was."""
+    difference: float = None
+    """The largest difference between the flattened and the original model on random inputs."""
+
+    def lines(self):
+        out = [f"traced {name} ({cls})" for name, cls in self.traced]
+        out += [f"kept {name} ({cls}): {reason}" for name, cls, reason in self.kept]
+        if self.difference is not None:
+            out.append(f"max |flattened - original| = {self.difference:.3e} on random inputs")
+        return out
+
+
+def is_builtin(layer):
+    """A class of Keras itself (its module is `keras.src...`), not the user's."""
+    return type(layer).__module__.startswith("keras.")
+
+
+def _user_frame(error):
+    """`file:line: code` of the innermost frame outside Keras and TensorFlow, for the reason."""
+    frames = traceback.extract_tb(error.__traceback__)
+    for frame in reversed(frames):
+        if not any(part in frame.filename for part in ("/keras/", "/tensorflow/", "/tf_keras/", __file__)):
+            return f"{os.path.basename(frame.filename)}:{frame.lineno}: {frame.line}"
+    return None
+
+
+class _Tracer:
+    """Runs custom layers' `call` on symbolic tensors while a model is re-traced.
+
+    `layer(x)` looks `__call__` up on the class, so each custom class below the model gets a
+    `__call__` that traces the instances being flattened and calls Keras as usual otherwise;
+    `restore` puts the classes back.
+    """
+
+    def __init__(self, report):
+        self.report = report
+        self.layers = set()
+        self.classes = {}
+
+    def patch(self, model):
+        import keras
+
+        for layer in model._flatten_layers(include_self=False, recursive=True):
+            if is_builtin(layer) or not isinstance(layer, keras.layers.Layer):
+                continue
+            self.layers.add(id(layer))
+            cls = type(layer)
+            if cls not in self.classes:
+                self.classes[cls] = (cls.__dict__.get("__call__"), cls.__call__)
+                cls.__call__ = self._traced_call(cls.__call__)
+
+    def restore(self):
+        for cls, (own, _) in self.classes.items():
+            if own is None:
+                del cls.__call__
+            else:
+                cls.__call__ = own
+        self.classes.clear()
+        self.layers.clear()
+
+    def _traced_call(self, keras_call):
+        tracer = self
+
+        def call(layer, *args, **kwargs):
+            from keras.src import backend
+
+            if id(layer) not in tracer.layers:
+                return keras_call(layer, *args, **kwargs)
+            reason = _untraceable(layer)
+            if reason is None:
+                try:
+                    signature = inspect.signature(layer.call).parameters
+                    if "mask" in signature and "mask" not in kwargs and args and hasattr(args[0], "shape"):
+                        kwargs["mask"] = backend.get_keras_mask(args[0])
+                    outputs = layer.call(*args, **kwargs)
+                    tracer.report.traced.append((layer.name, type(layer).__name__))
+                    return outputs
+                except Exception as error:  # noqa: BLE001 - any failure keeps the layer, with why
+                    where = _user_frame(error)
+                    message = str(error).splitlines()[0] if str(error) else ""
+                    reason = f"{type(error).__name__}: {message}" + (f" (at {where})" if where else "")
+            tracer.report.kept.append((layer.name, type(layer).__name__, reason))
+            # Called as Keras calls it: the custom class stays a node of the graph.
+            return keras_call(layer, *args, **kwargs)
+
+        return call
+
+
+def _untraceable(layer):
+    """Why `layer` must stay as it is, or None: its own weights read in `call` would be frozen."""
+    sublayer_variables = {id(v) for sub in layer._flatten_layers(include_self=False) for v in sub.variables}
+    own = [v for v in layer.variables if id(v) not in sublayer_variables]
+    if own:
+        return f"reads its own weights in call ({', '.join(v.path for v in own)}), which tracing would freeze"
+    return None
+
+
+def _inputs_of(model, shapes, batch_size):
+    """Fresh `keras.Input`s for `model`: its inputs' names, dtypes and shapes, with `shapes` and
+    `batch_size` filling sizes the model leaves open."""
+    import keras
+
+    fresh = []
+    for tensor in model.inputs:
+        name = tensor.name
+        shape = list(shapes.get(name, tensor.shape[1:]))
+        if len(shape) != len(tensor.shape) - 1:
+            raise ValueError(f"--shape {name}: {len(shape)} sizes, the input has {len(tensor.shape) - 1}")
+        batch = batch_size if batch_size else tensor.shape[0]
+        fresh.append(keras.Input(shape=tuple(shape), batch_size=batch, dtype=tensor.dtype, name=name))
+    return fresh
+
+
+def _graph_of(model):
+    """The functional graph of a built-in `Functional` or `Sequential` model, or None."""
+    from keras.src.models.functional import Functional
+    from keras.src.models.sequential import Sequential
+
+    if isinstance(model, Sequential):
+        return getattr(model, "_functional", None)
+    if isinstance(model, Functional):
+        return model
+    return None
+
+
+def _expand(model, inputs):
+    """`model`'s graph re-run on `inputs` node by node, nested built-in models expanded in place
+    (so custom layers inside them are traced too)."""
+    graph = _graph_of(model)
+    if graph is None:
+        raise ValueError(f"{model.name} ({type(model).__name__}): no functional graph to re-run")
+
+    def operation_fn(operation):
+        if _graph_of(operation) is None or not is_builtin(operation):
+            return operation
+
+        def nested(*args, **kwargs):
+            return _expand(operation, args[0] if len(args) == 1 else list(args))
+
+        return nested
+
+    return graph._run_through_graph(inputs, operation_fn=operation_fn)
+
+
+def flatten(model, shapes=None, batch_size=None):
+    """Returns `(flat_model, report)`: `model` with every traceable custom layer re-traced into
+    built-in layers and operations, its inputs and outputs keeping their names and order.
+
+    `shapes`: `{input name: shape without the batch axis}` for sizes the model leaves open and
+    its custom layers need while tracing (`ops.arange(ops.shape(x)[1])`); `batch_size`: a static
+    batch where a custom layer builds a tensor of the batch's size.
+    """
+    import keras
+    from keras import layers
+
+    report = FlattenReport()
+    if not getattr(model, "inputs", None):
+        raise ValueError(
+            f"{model.name}: a subclassed model that was never called has no inputs to trace; "
+            "call it once on data (or build it) before flattening"
+        )
+    inputs = _inputs_of(model, shapes or {}, batch_size)
+    tracer = _Tracer(report)
+    tracer.patch(model)
+    try:
+        if is_builtin(model):
+            outputs = _expand(model, inputs)
+        else:
+            report.traced.append((model.name, type(model).__name__))
+            outputs = model.call(inputs if len(inputs) > 1 else inputs[0])
+    finally:
+        tracer.restore()
+    flat_outputs = keras.tree.flatten(outputs)
+    # Keep the output names: the original outputs' layers, called again, or an Identity named so.
+    names = model.output_names if hasattr(model, "output_names") else [None] * len(flat_outputs)
+    named = []
+    for tensor, name in zip(flat_outputs, names):
+        produced_by = tensor._keras_history.operation.name if hasattr(tensor, "_keras_history") else None
+        if name and produced_by != name:
+            tensor = layers.Identity(name=name)(tensor)
+        named.append(tensor)
+    structure = keras.tree.pack_sequence_as(outputs, named)
+    flat = keras.Model(inputs=inputs if len(inputs) > 1 else inputs[0], outputs=structure, name=model.name)
+    return flat, report
+
+
+def random_inputs(model, seed=0, batch=2):
+    """Inputs for `model`: token ids below the smallest vocabulary of an `Embedding` reading an
+    input directly (or 0..9 for other integer inputs), normal values otherwise; open sizes are 8."""
+    import keras
+
+    rng = np.random.default_rng(seed)
+    vocab = {}
+    for layer in model.layers:
+        if isinstance(layer, keras.layers.Embedding):
+            for node in layer._inbound_nodes:
+                for tensor in node.input_tensors:
+                    name = tensor._keras_history.operation.name
+                    vocab[name] = min(vocab.get(name, layer.input_dim), layer.input_dim)
+    values = []
+    for tensor in model.inputs:
+        shape = [batch] + [d if d is not None else 8 for d in tensor.shape[1:]]
+        name = tensor._keras_history.operation.name
+        if name in vocab or "int" in str(tensor.dtype):
+            values.append(rng.integers(1, vocab.get(name, 10), size=shape).astype(tensor.dtype))
+        else:
+            values.append(rng.normal(size=shape).astype(tensor.dtype))
+    return values
+
+
+def largest_difference(a, b, inputs):
+    """max |a(inputs) - b(inputs)| over every output, in inference."""
+    import keras
+
+    call = inputs if len(inputs) > 1 else inputs[0]
+    ours = keras.tree.flatten(a(call, training=False))
+    theirs = keras.tree.flatten(b(call, training=False))
+    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) if np.size(x) else 0.0 for x, y in zip(ours, theirs))
+
+
+def import_module(path):
+    """Imports a Python file (registering the custom classes it defines); returns the module."""
+    name = os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None:
+        raise ValueError(f"{path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def custom_objects(modules):
+    """`{class name: class}` of every Keras layer or model class the modules define."""
+    import keras
+
+    found = {}
+    for module in modules:
+        for name, value in vars(module).items():
+            if inspect.isclass(value) and issubclass(value, (keras.layers.Layer, keras.Model)):
+                found[name] = value
+    return found
+
+
+def flatten_file(path, out, imports=(), shapes=None, batch_size=None, seed=0):
+    """Loads `path` with the custom classes of `imports` (files), flattens it, checks the result
+    against the original on random inputs, and writes `out` (a temporary file, then a rename).
+    Returns the report."""
+    import keras
+
+    modules = [import_module(p) for p in imports]
+    model = keras.saving.load_model(path, custom_objects=custom_objects(modules), compile=False)
+    flat, report = flatten(model, shapes=shapes, batch_size=batch_size)
+    report.difference = largest_difference(flat, model, random_inputs(flat, seed=seed))
+    directory = os.path.dirname(os.path.abspath(out))
+    handle, temporary = tempfile.mkstemp(suffix=".keras", dir=directory)
+    os.close(handle)
+    try:
+        flat.save(temporary)
+        os.replace(temporary, out)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+    return report
+
+
+def _shape(text):
+    name, _, sizes = text.partition("=")
+    if not sizes:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=D1,D2,...")
+    return name, tuple(int(s) for s in sizes.split(","))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="python -m keras2torch.flatten",
+        description="Re-trace a Keras model's custom layers into built-in layers and operations, "
+        "so that `cargo xtask convert` and `predict` read it.",
+    )
+    parser.add_argument("model", help="the .keras file")
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="FILE.py",
+                        help="a Python file defining custom classes of the model (repeatable)")
+    parser.add_argument("--out", required=True, help="the flattened .keras to write")
+    parser.add_argument("--shape", action="append", type=_shape, default=[], metavar="NAME=D1,D2",
+                        help="sizes (without the batch axis) of an input whose sizes the model leaves open")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="a static batch size, for custom layers that build tensors of the batch's size")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs of the check")
+    args = parser.parse_args(argv)
+    try:
+        report = flatten_file(args.model, args.out, args.imports, dict(args.shape), args.batch_size, args.seed)
+    except Exception as error:  # noqa: BLE001 - one line for the user, not a traceback
+        print(f"error: {args.model}: {type(error).__name__}: {error}", file=sys.stderr)
+        return 1
+    for line in report.lines():
+        print(line)
+    print(f"wrote {args.out}")
+    if report.difference is None or not report.difference <= 1e-5:
+        print(f"error: the flattened model differs from the original by {report.difference}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
