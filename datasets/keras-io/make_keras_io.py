@@ -28,6 +28,7 @@ sys.path.insert(0, HERE)
 # example -> (seed, batch of the probe, flatten options as command-line arguments)
 EXAMPLES = {
     "text_classification": (1, 3, []),
+    "vision_transformer": (3, 2, []),
 }
 
 
@@ -38,7 +39,7 @@ def write(name):
     rng = np.random.default_rng(seed)
     module = importlib.import_module(name)
     model = module.build_model()
-    for weight in model.weights:
+    for weight in model.trainable_weights:  # adapted statistics stay as adapted
         weight.assign(rng.normal(scale=0.3, size=weight.shape).astype(np.float32))
     path = os.path.join(HERE, f"{name}.keras")
     model.save(path)
@@ -46,6 +47,9 @@ def write(name):
     inputs = {}
     for tensor in loaded.inputs:
         shape = [batch] + list(tensor.shape[1:])
+        if len(shape) == 4:  # images, 0-255 as the examples feed them
+            inputs[tensor.name] = rng.uniform(0, 255, size=shape).astype(tensor.dtype)
+            continue
         vocab = next(l.input_dim for l in loaded._flatten_layers() if isinstance(l, keras.layers.Embedding))
         inputs[tensor.name] = rng.integers(1, vocab, size=shape).astype(tensor.dtype)
     ordered = [inputs[t.name] for t in loaded.inputs]

@@ -731,13 +731,17 @@ def zoo_vision():
         layers.UpSampling2D(2, interpolation="bilinear", name="up_bilinear")(x),
         layers.UpSampling2D((3, 2), interpolation="bilinear", data_format="channels_first",
                             name="up_bilinear_channels_first")(xt),
+        ops.image.extract_patches(x, 3, strides=2, padding="same"),
+        ops.image.extract_patches(x, (2, 3), strides=1, dilation_rate=2),
+        ops.image.extract_patches(xt, 2, data_format="channels_first"),
     ]
     model = keras.Model(x, outputs, name="zoo_vision")
     randomise(model, rng)
     write_model("zoo_vision", model, {"image": rng.normal(size=(2, 9, 8, 3)).astype(np.float32)},
                 "Conv2D (strides, even kernel, dilation, groups, channels_first), DepthwiseConv2D, "
                 "SeparableConv2D, Max/AveragePooling2D valid and same, GlobalAverage/MaxPooling2D, "
-                "ZeroPadding2D, Cropping2D, UpSampling2D nearest and bilinear")
+                "ZeroPadding2D, Cropping2D, UpSampling2D nearest and bilinear, ops.image.extract_patches "
+                "(same with strides, dilated, channels_first)")
 
 
 def zoo_preprocessing():

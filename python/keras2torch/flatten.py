@@ -18,9 +18,11 @@ constants), sizes unknown while tracing (give `batch_size` or `--shape NAME=...`
 """
 
 import argparse
+import collections
 import importlib.util
 import inspect
 import os
+import re
 import sys
 import tempfile
 import traceback
@@ -80,6 +82,18 @@ class _Tracer:
     def patch(self, model):
         import keras
 
+        # `ops.reshape(x, (batch_size, ...))` with `batch_size = ops.shape(x)[0]`, None while
+        # tracing: the one open size is what -1 means, and the recorded node then runs at any batch.
+        reshape = keras.ops.reshape
+
+        def reshape_open(x, newshape):
+            if isinstance(newshape, (tuple, list)) and sum(d is None for d in newshape) == 1 and -1 not in newshape:
+                newshape = type(newshape)(-1 if d is None else d for d in newshape)
+            return reshape(x, newshape)
+
+        self.reshape = reshape
+        keras.ops.reshape = reshape_open
+
         for layer in model._flatten_layers(include_self=False, recursive=True):
             if is_builtin(layer) or not isinstance(layer, keras.layers.Layer):
                 continue
@@ -90,6 +104,9 @@ class _Tracer:
                 cls.__call__ = self._traced_call(cls.__call__)
 
     def restore(self):
+        import keras
+
+        keras.ops.reshape = self.reshape
         for cls, (own, _) in self.classes.items():
             if own is None:
                 del cls.__call__
@@ -133,6 +150,28 @@ def _untraceable(layer):
     if own:
         return f"reads its own weights in call ({', '.join(v.path for v in own)}), which tracing would freeze"
     return None
+
+
+def _reserve_names(model):
+    """Keras names the layers and operations that tracing creates after a per-name counter
+    (`add`, `add_1`): move each counter past the names the model already holds, so that a traced
+    `x + y` is not a second `add`."""
+    from keras.src.backend.common import global_state
+
+    uids = global_state.get_global_attribute("object_name_uids", default=collections.defaultdict(int), set_to_default=True)
+    names = set()
+    stack = [model]
+    while stack:
+        current = stack.pop()
+        for operation in getattr(current, "operations", []) + list(current._flatten_layers(include_self=False)):
+            if operation.name not in names:
+                names.add(operation.name)
+                stack.append(operation)
+    for name in names:
+        match = re.fullmatch(r"(.*)_(\d+)", name)
+        prefix, number = (match.group(1), int(match.group(2))) if match else (name, 0)
+        uids[prefix] = max(uids[prefix], number + 1)
+        uids[name] = max(uids[name], 1)
 
 
 def _inputs_of(model, shapes, batch_size):
@@ -200,6 +239,7 @@ def flatten(model, shapes=None, batch_size=None):
             "call it once on data (or build it) before flattening"
         )
     inputs = _inputs_of(model, shapes or {}, batch_size)
+    _reserve_names(model)
     tracer = _Tracer(report)
     tracer.patch(model)
     try:

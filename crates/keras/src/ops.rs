@@ -8,7 +8,8 @@ use serde_json::Value as Json;
 
 use crate::config::LayerArgs;
 use crate::graph::Arg;
-use crate::layers::{Build, Call, Input, KerasLayer};
+use crate::layers::convolution::two_sizes;
+use crate::layers::{Build, Call, Input, KerasLayer, same_padding};
 use crate::torch::{TorchCall, py_bool, py_float, render, tuple};
 use crate::value::{Binary, DType, DynTensor, Reduce, Unary, Value, resolve_shape};
 use model::error::Result;
@@ -38,25 +39,57 @@ impl KerasLayer for OperationNode {
 }
 
 /// Every operation class this converter runs, for the error on any other.
-const SUPPORTED: &str = "Add, Subtract, Multiply, Divide, TrueDivide, Power, Maximum, Minimum, Equal, NotEqual, Greater, GreaterEqual, Less, LessEqual, LogicalAnd, LogicalOr, LogicalXor, LogicalNot, Negative, Absolute, Abs, Square, Sqrt, Exp, Log, Tanh, Sigmoid, Relu, Gelu, Silu, Softmax, LogSoftmax, Sign, Floor, Round, Cast, Where, Clip, Matmul, Concatenate, Reshape, Transpose, ExpandDims, Squeeze, Mean, Sum, Max, Min, Prod, Any, All";
+const SUPPORTED: &str = "Add, Subtract, Multiply, Divide, TrueDivide, Power, Maximum, Minimum, Equal, NotEqual, Greater, GreaterEqual, Less, LessEqual, LogicalAnd, LogicalOr, LogicalXor, LogicalNot, Negative, Absolute, Abs, Square, Sqrt, Exp, Log, Tanh, Sigmoid, Relu, Gelu, Silu, Softmax, LogSoftmax, Sign, Floor, Round, Cast, Where, Clip, Matmul, Concatenate, Reshape, Transpose, ExpandDims, Squeeze, ExtractPatches, Mean, Sum, Max, Min, Prod, Any, All";
 
 #[derive(Debug, Clone)]
 pub enum Operation {
     Binary(Binary),
     Unary(Unary),
-    Gelu { approximate: bool },
+    Gelu {
+        approximate: bool,
+    },
     Silu,
-    Softmax { axis: i64, log: bool },
+    Softmax {
+        axis: i64,
+        log: bool,
+    },
     Cast(DType),
     Where,
-    Clip { min: f64, max: f64 },
+    Clip {
+        min: f64,
+        max: f64,
+    },
     Matmul,
-    Concatenate { axis: i64 },
-    Reshape { shape: Vec<i64> },
-    Transpose { axes: Option<Vec<i64>> },
-    ExpandDims { axes: Vec<i64> },
-    Squeeze { axes: Option<Vec<i64>> },
-    Reduce { kind: Reduce, axes: Option<Vec<i64>>, keepdims: bool },
+    Concatenate {
+        axis: i64,
+    },
+    Reshape {
+        shape: Vec<i64>,
+    },
+    Transpose {
+        axes: Option<Vec<i64>>,
+    },
+    ExpandDims {
+        axes: Vec<i64>,
+    },
+    Squeeze {
+        axes: Option<Vec<i64>>,
+    },
+    Reduce {
+        kind: Reduce,
+        axes: Option<Vec<i64>>,
+        keepdims: bool,
+    },
+    /// `keras.ops.image.extract_patches` on a batch of images: each `size` window (every
+    /// `strides`, `dilation` apart, TensorFlow's padding) as one vector in `(row, column,
+    /// channel)` order, what Keras' identity-kernel convolution computes.
+    ExtractPatches {
+        size: [usize; 2],
+        strides: [usize; 2],
+        dilation: usize,
+        same: bool,
+        channels_last: bool,
+    },
 }
 
 impl Operation {
@@ -122,6 +155,22 @@ impl Operation {
             "Transpose" => Ok(Self::Transpose { axes: args.take_ints("axes")? }),
             "ExpandDims" => Ok(Self::ExpandDims { axes: args.take_ints("axis")?.ok_or_else(|| args.error("axis is missing"))? }),
             "Squeeze" => Ok(Self::Squeeze { axes: args.take_ints("axis")? }),
+            "ExtractPatches" => {
+                let size = two_sizes(args.take_ints("size")?, None)
+                    .ok_or_else(|| args.error("size: one or two sizes (3-D patches are not supported)"))?;
+                let strides = two_sizes(args.take_ints("strides")?, Some(size)).ok_or_else(|| args.error("strides: one or two sizes"))?;
+                let dilation = match args.take_ints("dilation_rate")?.as_deref() {
+                    None => 1,
+                    Some([d]) if *d > 0 => *d as usize,
+                    Some([a, b]) if a == b && *a > 0 => *a as usize,
+                    Some(other) => return Err(args.error(format!("dilation_rate = {other:?}: one positive rate"))),
+                };
+                let same = args.take_choice("padding", "valid", &["valid", "same"])? == "same";
+                if dilation > 1 && strides.iter().any(|&s| s > 1) {
+                    return Err(args.error("strides > 1 with dilation_rate > 1: Keras refuses this too"));
+                }
+                Ok(Self::ExtractPatches { size, strides, dilation, same, channels_last: args.take_channels_last()? })
+            }
             "Mean" => reduce(Reduce::Mean, args),
             "Sum" => reduce(Reduce::Sum, args),
             "Max" | "Amax" => reduce(Reduce::Max, args),
@@ -209,6 +258,10 @@ impl Operation {
                 let rank = parts.first().map_or(1, |v| v.shape().len());
                 let a = call.axis(*a, rank)?;
                 (DynTensor::concat(parts.into_iter().map(|v| v.tensor.clone()).collect(), a)?, dtype)
+            }
+            Self::ExtractPatches { size, strides, dilation, same, channels_last } => {
+                let (x, dtype) = operand(0)?;
+                (extract_patches(x, *size, *strides, *dilation, *same, *channels_last, call)?, dtype)
             }
             Self::Reshape { shape } => {
                 let (x, dtype) = operand(0)?;
@@ -339,6 +392,12 @@ impl Operation {
             Self::Matmul => format!("torch.matmul({}, {})", tensor(0)?, tensor(1)?),
             Self::Concatenate { axis } => format!("torch.cat({}, dim={axis})", operand(0)?),
             Self::Reshape { shape } => format!("{}.reshape({shape:?})", tensor(0)?),
+            Self::ExtractPatches { size, strides, dilation, same, channels_last } => format!(
+                "extract_patches({}, {size:?}, {strides:?}, {dilation}, {}, {})",
+                tensor(0)?,
+                py_bool(*same),
+                py_bool(*channels_last)
+            ),
             Self::Transpose { axes: None } => format!("{0}.permute(*reversed(range({0}.dim())))", tensor(0)?),
             Self::Transpose { axes: Some(axes) } => format!("{}.permute({axes:?})", tensor(0)?),
             Self::ExpandDims { axes } => format!("expand_dims({}, {axes:?})", tensor(0)?),
@@ -361,4 +420,47 @@ impl Operation {
             ),
         })
     }
+}
+
+/// The patches of `x: [B, H, W, C]` (or `[B, C, H, W]`): for each window position, the window's
+/// values in `(row, column, channel)` order, `[B, H', W', ph pw C]`.
+fn extract_patches(
+    x: DynTensor,
+    size: [usize; 2],
+    strides: [usize; 2],
+    dilation: usize,
+    same: bool,
+    channels_last: bool,
+    call: &Call,
+) -> Result<DynTensor> {
+    if x.rank() != 4 {
+        return Err(call.error(format!("extract_patches of shape {:?}: a batch of images", x.shape())));
+    }
+    let mut x = if channels_last { x } else { x.permute(&[0, 2, 3, 1])? };
+    let mut counts = [0; 2];
+    for axis in 0..2 {
+        let length = x.shape()[1 + axis];
+        let reach = (size[axis] - 1) * dilation + 1;
+        if same {
+            let (out, before, after) = same_padding(length, reach, strides[axis]);
+            x = x.pad_axis(1 + axis, before, after, 0.0)?;
+            counts[axis] = out;
+        } else if length >= reach {
+            counts[axis] = (length - reach) / strides[axis] + 1;
+        } else {
+            return Err(
+                call.error(format!("{length} pixels along axis {} are fewer than a patch reaches ({reach})", 1 + axis))
+            );
+        }
+    }
+    let mut parts = Vec::with_capacity(size[0] * size[1]);
+    for i in 0..size[0] {
+        for j in 0..size[1] {
+            let (top, left) = (i * dilation, j * dilation);
+            let rows = x.clone().slice_axis(1, top, top + (counts[0] - 1) * strides[0] + 1, strides[0]);
+            parts.push(rows.slice_axis(2, left, left + (counts[1] - 1) * strides[1] + 1, strides[1])); // [B, H', W', C]
+        }
+    }
+    let patches = DynTensor::concat(parts, 3)?; // [B, H', W', ph pw C]
+    if channels_last { Ok(patches) } else { patches.permute(&[0, 3, 1, 2]) }
 }

@@ -188,6 +188,25 @@ def center_crop(x, size, channels_last):
     return resize(x, size, True, True, channels_last)
 
 
+def extract_patches(x, size, strides, dilation, same, channels_last):
+    """keras.ops.image.extract_patches: each window as one vector in (row, column, channel) order."""
+    if not channels_last:
+        x = x.permute(0, 2, 3, 1)
+    reach = [(size[a] - 1) * dilation + 1 for a in range(2)]
+    if same:
+        (top, bottom), (left, right) = (same_padding(x.shape[1 + a], reach[a], strides[a]) for a in range(2))
+        x = F.pad(x, (0, 0, left, right, top, bottom))
+    counts = [(x.shape[1 + a] - reach[a]) // strides[a] + 1 for a in range(2)]
+    parts = [
+        x[:, i * dilation : i * dilation + (counts[0] - 1) * strides[0] + 1 : strides[0],
+          j * dilation : j * dilation + (counts[1] - 1) * strides[1] + 1 : strides[1], :]
+        for i in range(size[0])
+        for j in range(size[1])
+    ]
+    patches = torch.cat(parts, dim=-1)
+    return patches if channels_last else patches.permute(0, 3, 1, 2)
+
+
 def global_average_pool1d(x, mask, channels_last, keepdims):
     """GlobalAveragePooling1D: the mean over the unmasked steps."""
     steps = 1 if channels_last else 2
