@@ -29,6 +29,7 @@ sys.path.insert(0, HERE)
 EXAMPLES = {
     "text_classification": (1, 3, []),
     "vision_transformer": (3, 2, []),
+    "named_entity_recognition": (4, 2, []),
 }
 
 
@@ -45,21 +46,29 @@ def write(name):
     model.save(path)
     loaded = keras.saving.load_model(path)
     inputs = {}
-    for tensor in loaded.inputs:
-        shape = [batch] + list(tensor.shape[1:])
+    # A subclassed model has no `inputs`: its one input, as the flattener names it, from its build.
+    specs = [(t.name, t.shape, t.dtype) for t in loaded.inputs] if getattr(loaded, "inputs", None) else [
+        ("input", loaded.get_build_config()["input_shape"], "float32")
+    ]
+    for input_name, full_shape, dtype in specs:
+        shape = [batch] + list(full_shape[1:])
         if len(shape) == 4:  # images, 0-255 as the examples feed them
-            inputs[tensor.name] = rng.uniform(0, 255, size=shape).astype(tensor.dtype)
+            inputs[input_name] = rng.uniform(0, 255, size=shape).astype(dtype)
             continue
         vocab = next(l.input_dim for l in loaded._flatten_layers() if isinstance(l, keras.layers.Embedding))
-        inputs[tensor.name] = rng.integers(1, vocab, size=shape).astype(tensor.dtype)
-    ordered = [inputs[t.name] for t in loaded.inputs]
+        inputs[input_name] = rng.integers(1, vocab, size=shape).astype(dtype)
+    ordered = [inputs[input_name] for input_name, _, _ in specs]
     outputs = keras.tree.flatten(loaded(ordered[0] if len(ordered) == 1 else ordered, training=False))
     tensors = {f"inputs.{k}": v for k, v in inputs.items()}
-    tensors.update({f"expected.{n}": np.asarray(o) for n, o in zip(loaded.output_names, outputs)})
+    # A subclassed model names no outputs; the flattener calls them `output` / `output_<i>`.
+    names = getattr(loaded, "output_names", None) or (
+        ["output"] if len(outputs) == 1 else [f"output_{i}" for i in range(len(outputs))]
+    )
+    tensors.update({f"expected.{n}": np.asarray(o) for n, o in zip(names, outputs)})
     metadata = {"keras_version": keras.__version__, "flatten": json.dumps(flatten_options),
                 "source": f"{name}.py"}
     save_file(tensors, os.path.join(HERE, f"{name}.probe.safetensors"), metadata=metadata)
-    print(f"wrote {name}.keras ({os.path.getsize(path)} bytes) and its probe: outputs {loaded.output_names}")
+    print(f"wrote {name}.keras ({os.path.getsize(path)} bytes) and its probe: outputs {names}")
 
 
 def main():

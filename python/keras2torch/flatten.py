@@ -152,6 +152,23 @@ def _untraceable(layer):
     return None
 
 
+def _subclassed_input(model, shapes, batch_size):
+    """The one input of a subclassed model, from the shape it was built with (its build config):
+    named by `shapes`' key when given (else `input`), float32 (an `Embedding` casts ids)."""
+    import keras
+
+    built = (model.get_build_config() or {}).get("input_shape")
+    if built is None or not isinstance(built, (list, tuple)) or any(isinstance(d, (list, tuple, dict)) for d in built):
+        raise ValueError(
+            f"{model.name} ({type(model).__name__}): a subclassed model with one input, built (called once), "
+            "is what can be traced; give --shape NAME=... for an unbuilt one"
+        )
+    name, shape = next(iter(shapes.items())) if shapes else ("input", tuple(built[1:]))
+    if any(d is None for d in shape):
+        raise ValueError(f"{model.name}: input sizes {shape} are open; give them with --shape {name}=D1,D2")
+    return keras.Input(shape=tuple(shape), batch_size=batch_size, name=name)
+
+
 def _reserve_names(model):
     """Keras names the layers and operations that tracing creates after a per-name counter
     (`add`, `add_1`): move each counter past the names the model already holds, so that a traced
@@ -233,12 +250,10 @@ def flatten(model, shapes=None, batch_size=None):
     from keras import layers
 
     report = FlattenReport()
-    if not getattr(model, "inputs", None):
-        raise ValueError(
-            f"{model.name}: a subclassed model that was never called has no inputs to trace; "
-            "call it once on data (or build it) before flattening"
-        )
-    inputs = _inputs_of(model, shapes or {}, batch_size)
+    if getattr(model, "inputs", None):
+        inputs = _inputs_of(model, shapes or {}, batch_size)
+    else:
+        inputs = [_subclassed_input(model, shapes or {}, batch_size)]
     _reserve_names(model)
     tracer = _Tracer(report)
     tracer.patch(model)
@@ -252,7 +267,10 @@ def flatten(model, shapes=None, batch_size=None):
         tracer.restore()
     flat_outputs = keras.tree.flatten(outputs)
     # Keep the output names: the original outputs' layers, called again, or an Identity named so.
-    names = model.output_names if hasattr(model, "output_names") else [None] * len(flat_outputs)
+    # A subclassed model names no outputs: `output`, or `output_<i>` for several.
+    names = getattr(model, "output_names", None) or (
+        ["output"] if len(flat_outputs) == 1 else [f"output_{i}" for i in range(len(flat_outputs))]
+    )
     named = []
     for tensor, name in zip(flat_outputs, names):
         produced_by = tensor._keras_history.operation.name if hasattr(tensor, "_keras_history") else None

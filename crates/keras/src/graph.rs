@@ -206,6 +206,15 @@ impl<'a> Builder<'a> {
             return Err(self.error(format!("{prefix}: sub-models nested deeper than {MAX_NESTING}")));
         }
         let class = config.get("class_name").and_then(Json::as_str).unwrap_or_default();
+        let module = config.get("module").and_then(Json::as_str).unwrap_or("keras");
+        if !module.starts_with("keras") && config.pointer("/config/layers").is_none() {
+            return Err(self.error(format!(
+                "{}: a subclassed model ({class}, from {module}), whose Python code a file does not carry. \
+                 `cargo xtask flatten FILE --import YOUR_MODEL.py --out FLAT.keras` re-traces it into built-in layers, \
+                 with your Python and Keras",
+                display(prefix)
+            )));
+        }
         let entries = config
             .pointer("/config/layers")
             .and_then(Json::as_array)
