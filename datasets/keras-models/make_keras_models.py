@@ -16,7 +16,7 @@ Writes, next to this script (README.md says more, and describes the files' forma
   of their layers' order, a shared Dense called twice, cross-attention returning its scores;
 * `nested.keras`: a functional sub-model holding a Sequential, inside an outer model, plus a shared layer;
 * `zoo_conv`, `zoo_pool`, `zoo_norm`, `zoo_activations`, `zoo_merge`, `zoo_reshape`, `zoo_masks`,
-  `zoo_ops`, `zoo_mha`, `zoo_1d`, `zoo_vision`, `zoo_preprocessing`, `zoo_attention_layers` `.keras`: layer zoo models, each layer at non-default arguments;
+  `zoo_ops`, `zoo_mha`, `zoo_1d`, `zoo_vision`, `zoo_preprocessing`, `zoo_attention_layers`, `zoo_indexing` `.keras`: layer zoo models, each layer at non-default arguments;
 * `<name>.probe.safetensors` for each model above (and for `small` and `timeseries_train`):
   `inputs.<input layer>`, `expected.<output layer>` (Keras' inference output) and every graph node's
   output `nodes.<layer>[@<node>][.<i>]` (sub-models' nodes as `nodes.<sub-model>/<layer>`), with
@@ -819,6 +819,37 @@ def zoo_attention_layers():
                 "(scaled, unscaled), with Embedding masks on the query and the value")
 
 
+def zoo_indexing():
+    rng = fresh(19)
+    x = keras.Input((4, 6), name="x")
+    y = keras.Input((4, 6), name="y")
+    parts = ops.unstack(x, axis=1)
+    pieces = ops.split(x, [2, 5], axis=2)
+    halves = ops.split(y, 2, axis=1)
+    outputs = [
+        ops.stack([x, y], axis=1),
+        ops.stack([x, y, x], axis=-1),
+        parts[0], parts[3],
+        pieces[0], pieces[1], pieces[2],
+        halves[1],
+        ops.tile(x, (1, 2, 1)),
+        ops.tile(x, (3, 1)),
+        x[:, 1],
+        x[:, 1:3, ::2],
+        x[..., -1],
+        x[:, None, 2],
+        x[:, -3:, 1:-1],
+        ops.take(x, [0, 2, 5], axis=2),
+        ops.take(x, 1, axis=1),
+        ops.broadcast_to(ops.expand_dims(x[:, 0], 1), (2, 3, 6)),
+    ]
+    model = keras.Model([x, y], outputs, name="zoo_indexing")
+    write_model("zoo_indexing", model,
+                {"x": rng.normal(size=(2, 4, 6)).astype(np.float32), "y": rng.normal(size=(2, 4, 6)).astype(np.float32)},
+                "stack, unstack, split (indices, sections), tile (aligned, shorter), x[...] (integers, slices with "
+                "steps and negative bounds, ellipsis, new axis), take (list, scalar), broadcast_to")
+
+
 def small_model():
     """The valid model that the malformed archives are edited from."""
     x = keras.Input((4,), name="features")
@@ -1068,6 +1099,7 @@ MODELS = [
     zoo_vision,
     zoo_preprocessing,
     zoo_attention_layers,
+    zoo_indexing,
     refusals,
     timeseries_train,
 ]

@@ -44,6 +44,16 @@ pub enum Arg {
 
 impl Arg {
     /// Every tensor this argument refers to, in order.
+    /// The argument as the JSON constant it was saved as (a list of constants is one), or `None`
+    /// when it reads a tensor.
+    pub fn constant(&self) -> Option<Json> {
+        match self {
+            Arg::Const(c) => Some(c.clone()),
+            Arg::List(items) => items.iter().map(Arg::constant).collect::<Option<Vec<_>>>().map(Json::Array),
+            Arg::Tensor(_) => None,
+        }
+    }
+
     pub fn ports(&self) -> Vec<Port> {
         match self {
             Arg::Tensor(port) => vec![*port],

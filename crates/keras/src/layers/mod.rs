@@ -171,6 +171,16 @@ pub enum Input {
 }
 
 impl Input {
+    /// The argument as the JSON constant it was saved as (a list of constants is one), or `None`
+    /// when it holds a tensor.
+    pub fn constant(&self) -> Option<Json> {
+        match self {
+            Input::Const(c) => Some(c.clone()),
+            Input::List(items) => items.iter().map(Input::constant).collect::<Option<Vec<_>>>().map(Json::Array),
+            Input::Tensor(_) => None,
+        }
+    }
+
     pub fn tensors(&self) -> Vec<&Value> {
         match self {
             Input::Tensor(v) => vec![v],

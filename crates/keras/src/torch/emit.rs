@@ -47,6 +47,8 @@ pub struct TorchCall<'a> {
     pub ranks: &'a [usize],
     /// For a model input: the name `forward` takes it by.
     pub model_input: Option<&'a str>,
+    /// How many of the node's outputs the graph reads (at least 1).
+    pub outputs: usize,
     /// `layer <label> (<class>)`, for errors.
     pub(super) what: String,
     pub(super) lines: Vec<String>,

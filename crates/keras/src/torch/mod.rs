@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 
 use crate::executor::KerasModel;
+use crate::graph::Arg;
 use crate::value::DType;
 use model::error::Result;
 use model::weights::WeightMap;
@@ -49,6 +50,13 @@ pub fn torch_export(model: &KerasModel, ranks: &[usize], weights_file: &str, pro
     let mut body = String::new();
     let mut constructs = Vec::new();
     let inputs: Vec<String> = graph.inputs.iter().map(|i| names.unique(&i.name)).collect();
+    // How many outputs of each node are read: by later nodes, or as the model's outputs.
+    let mut outputs_read = vec![1usize; graph.nodes.len()];
+    let read =
+        graph.nodes.iter().flat_map(|n| n.args.iter().chain(n.kwargs.iter().map(|(_, a)| a)).flat_map(Arg::ports));
+    for port in read.chain(graph.outputs.iter().map(|(_, p)| *p)) {
+        outputs_read[port.node] = outputs_read[port.node].max(port.index + 1);
+    }
     for (index, node) in graph.nodes.iter().enumerate() {
         let spec = graph.layer_of(node);
         let layer = &model.layers[node.layer];
@@ -63,6 +71,7 @@ pub fn torch_export(model: &KerasModel, ranks: &[usize], weights_file: &str, pro
             attr,
             ranks,
             model_input,
+            outputs: outputs_read[index],
             what: format!("layer {} ({})", node.label, spec.class_name),
             lines: Vec::new(),
         };

@@ -8,6 +8,10 @@ use serde_json::Value as Json;
 
 use crate::config::LayerArgs;
 use crate::graph::Arg;
+mod indexing;
+
+use indexing::Indexing;
+
 use crate::layers::convolution::two_sizes;
 use crate::layers::{Build, Call, Input, KerasLayer, same_padding};
 use crate::torch::{TorchCall, py_bool, py_float, render, tuple};
@@ -33,13 +37,24 @@ impl KerasLayer for OperationNode {
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let y = self.op.torch(call.node.args.as_slice()).map_err(|why| call.refuse(why))?;
-        call.assign(&y, "None");
+        if self.op.gives_a_sequence() {
+            // `unstack` / `split`: x<i>, x<i>_1, ... are the parts the graph reads.
+            let i = call.index;
+            call.line(format!("x{i}_parts = {y}"));
+            for k in 0..call.outputs {
+                let name = if k == 0 { format!("x{i}") } else { format!("x{i}_{k}") };
+                call.line(format!("{name} = x{i}_parts[{k}]"));
+            }
+            call.line(format!("m{i} = None"));
+        } else {
+            call.assign(&y, "None");
+        }
         Ok("torch operation".into())
     }
 }
 
 /// Every operation class this converter runs, for the error on any other.
-const SUPPORTED: &str = "Add, Subtract, Multiply, Divide, TrueDivide, Power, Maximum, Minimum, Equal, NotEqual, Greater, GreaterEqual, Less, LessEqual, LogicalAnd, LogicalOr, LogicalXor, LogicalNot, Negative, Absolute, Abs, Square, Sqrt, Exp, Log, Tanh, Sigmoid, Relu, Gelu, Silu, Softmax, LogSoftmax, Sign, Floor, Round, Cast, Where, Clip, Matmul, Concatenate, Reshape, Transpose, ExpandDims, Squeeze, ExtractPatches, Mean, Sum, Max, Min, Prod, Any, All";
+const SUPPORTED: &str = "Add, Subtract, Multiply, Divide, TrueDivide, Power, Maximum, Minimum, Equal, NotEqual, Greater, GreaterEqual, Less, LessEqual, LogicalAnd, LogicalOr, LogicalXor, LogicalNot, Negative, Absolute, Abs, Square, Sqrt, Exp, Log, Tanh, Sigmoid, Relu, Gelu, Silu, Softmax, LogSoftmax, Sign, Floor, Round, Cast, Where, Clip, Matmul, Concatenate, Reshape, Transpose, ExpandDims, Squeeze, ExtractPatches, GetItem, Take, Stack, Unstack, Split, Tile, BroadcastTo, Mean, Sum, Max, Min, Prod, Any, All";
 
 #[derive(Debug, Clone)]
 pub enum Operation {
@@ -90,10 +105,16 @@ pub enum Operation {
         same: bool,
         channels_last: bool,
     },
+    /// Selecting, splitting and repeating: `x[...]`, `take`, `stack`, `unstack`, `split`, `tile`,
+    /// `broadcast_to` ([`indexing`]).
+    Indexing(Indexing),
 }
 
 impl Operation {
     pub fn from_config(class: &str, args: &mut LayerArgs) -> Result<Self> {
+        if let Some(op) = Indexing::from_config(class, args)? {
+            return Ok(Self::Indexing(op));
+        }
         let binary = |op| Ok(Self::Binary(op));
         let reduce = |kind, args: &mut LayerArgs| -> Result<Self> {
             let axes = args.take_ints("axis")?;
@@ -303,6 +324,7 @@ impl Operation {
                 let kept: Vec<usize> = (0..rank).filter(|i| !drop.contains(i)).map(|i| shape[i]).collect();
                 (x.reshape(if kept.is_empty() { &[1] } else { &kept })?, dtype)
             }
+            Self::Indexing(op) => return op.call(call),
             Self::Reduce { kind, axes, keepdims } => {
                 let (x, dtype) = operand(0)?;
                 let rank = x.rank();
@@ -319,6 +341,11 @@ impl Operation {
             }
         };
         Ok(vec![Value::new(y, dtype)])
+    }
+
+    /// Whether the torch expression is a sequence of outputs (`unstack`, `split`).
+    fn gives_a_sequence(&self) -> bool {
+        matches!(self, Self::Indexing(op) if op.gives_a_sequence())
     }
 
     /// The torch expression of the operation on `args` (the node's recorded operands); `Err`
@@ -392,6 +419,7 @@ impl Operation {
             Self::Matmul => format!("torch.matmul({}, {})", tensor(0)?, tensor(1)?),
             Self::Concatenate { axis } => format!("torch.cat({}, dim={axis})", operand(0)?),
             Self::Reshape { shape } => format!("{}.reshape({shape:?})", tensor(0)?),
+            Self::Indexing(op) => op.torch(&operand(0)?, args)?,
             Self::ExtractPatches { size, strides, dilation, same, channels_last } => format!(
                 "extract_patches({}, {size:?}, {strides:?}, {dilation}, {}, {})",
                 tensor(0)?,
