@@ -16,7 +16,7 @@ Writes, next to this script (README.md says more, and describes the files' forma
   of their layers' order, a shared Dense called twice, cross-attention returning its scores;
 * `nested.keras`: a functional sub-model holding a Sequential, inside an outer model, plus a shared layer;
 * `zoo_conv`, `zoo_pool`, `zoo_norm`, `zoo_activations`, `zoo_merge`, `zoo_reshape`, `zoo_masks`,
-  `zoo_ops`, `zoo_mha`, `zoo_1d`, `zoo_vision`, `zoo_preprocessing`, `zoo_attention_layers`, `zoo_indexing` `.keras`: layer zoo models, each layer at non-default arguments;
+  `zoo_ops`, `zoo_mha`, `zoo_1d`, `zoo_vision`, `zoo_preprocessing`, `zoo_attention_layers`, `zoo_indexing`, `zoo_transpose` `.keras`: layer zoo models, each layer at non-default arguments;
 * `<name>.probe.safetensors` for each model above (and for `small` and `timeseries_train`):
   `inputs.<input layer>`, `expected.<output layer>` (Keras' inference output) and every graph node's
   output `nodes.<layer>[@<node>][.<i>]` (sub-models' nodes as `nodes.<sub-model>/<layer>`), with
@@ -850,6 +850,32 @@ def zoo_indexing():
                 "steps and negative bounds, ellipsis, new axis), take (list, scalar), broadcast_to")
 
 
+def zoo_transpose():
+    rng = fresh(20)
+    image = keras.Input((5, 4, 3), name="image")
+    signal = keras.Input((7, 3), name="signal")
+    image_t = layers.Permute((3, 1, 2), name="image_channels_first")(image)
+    outputs = [
+        layers.Conv2DTranspose(4, 3, strides=2, padding="same", name="t2d_same_s2")(image),
+        layers.Conv2DTranspose(4, (2, 3), strides=(2, 1), name="t2d_valid")(image),
+        layers.Conv2DTranspose(4, 2, strides=3, name="t2d_valid_kernel_below_stride")(image),
+        layers.Conv2DTranspose(4, 3, strides=2, padding="same", output_padding=1, name="t2d_output_padding")(image),
+        layers.Conv2DTranspose(4, 3, dilation_rate=2, padding="same", activation="relu", name="t2d_dilated")(image),
+        layers.Conv2DTranspose(4, 4, strides=2, padding="same", use_bias=False, name="t2d_even_kernel")(image),
+        layers.Conv2DTranspose(4, 3, strides=2, data_format="channels_first", name="t2d_channels_first")(image_t),
+        layers.Conv1DTranspose(5, 3, strides=2, padding="same", name="t1d_same")(signal),
+        layers.Conv1DTranspose(5, 4, strides=3, name="t1d_valid")(signal),
+        layers.Conv1DTranspose(5, 3, strides=2, output_padding=1, name="t1d_output_padding")(signal),
+    ]
+    model = keras.Model([image, signal], outputs, name="zoo_transpose")
+    randomise(model, rng)
+    write_model("zoo_transpose", model,
+                {"image": rng.normal(size=(2, 5, 4, 3)).astype(np.float32),
+                 "signal": rng.normal(size=(2, 7, 3)).astype(np.float32)},
+                "Conv2DTranspose (same/valid, strides, kernel below stride, output_padding, dilation, even kernel, "
+                "channels_first) and Conv1DTranspose (same, valid, output_padding)")
+
+
 def small_model():
     """The valid model that the malformed archives are edited from."""
     x = keras.Input((4,), name="features")
@@ -1100,6 +1126,7 @@ MODELS = [
     zoo_preprocessing,
     zoo_attention_layers,
     zoo_indexing,
+    zoo_transpose,
     refusals,
     timeseries_train,
 ]

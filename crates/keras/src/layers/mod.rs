@@ -37,6 +37,7 @@ registry! {
     conv2d::Conv2D => "Conv2D";
     depthwise_conv2d::DepthwiseConv2D => "DepthwiseConv2D";
     separable_conv2d::SeparableConv2D => "SeparableConv2D";
+    conv_transpose::ConvTranspose => "Conv1DTranspose", "Conv2DTranspose";
     pooling1d::Pooling1D => "MaxPooling1D", "AveragePooling1D";
     global_pooling1d::GlobalPooling1D => "GlobalAveragePooling1D", "GlobalMaxPooling1D";
     pooling2d::Pooling2D => "MaxPooling2D", "AveragePooling2D";

@@ -110,6 +110,11 @@ impl Layer {
 fn unsupported(file: &Path, spec: &LayerSpec, place: &str) -> ModelError {
     let kind = match spec.class_name.as_str() {
         "Lambda" => "a Lambda layer (Python code, which a file cannot carry)".to_string(),
+        "StringLookup" | "TextVectorization" | "IntegerLookup" | "Hashing" => format!(
+            "{} preprocessing of strings, which Burn and the torch module do not take: build the model from \
+             the layer's output (token ids) on, feed it the ids, and keep {} in your data pipeline",
+            spec.class_name, spec.class_name
+        ),
         _ if !spec.module.starts_with("keras") => format!(
             "a custom layer (registered as {:?}), whose Python code a file does not carry. \
              `cargo xtask flatten FILE --import YOUR_LAYERS.py --out FLAT.keras` re-traces custom layers \

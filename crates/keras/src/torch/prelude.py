@@ -281,6 +281,50 @@ class Conv2D(torch.nn.Module):
         return ACTIVATIONS[self.activation](y)
 
 
+class ConvTranspose(torch.nn.Module):
+    """keras.layers.Conv1DTranspose / Conv2DTranspose: the full nn.ConvTranspose2d, cut to Keras'
+    output length from TensorFlow's padding start, then the bias and the activation."""
+
+    def __init__(self, in_channels, filters, kernel_size, stride, dilation, bias, same, output_padding,
+                 channels_last, one_dimensional, activation):
+        super().__init__()
+        self.conv = torch.nn.ConvTranspose2d(in_channels, filters, kernel_size, stride=stride, dilation=dilation, bias=False)
+        self.bias = torch.nn.Parameter(torch.zeros(filters)) if bias else None
+        self.same, self.output_padding, self.activation = same, output_padding, activation
+        self.channels_last, self.one_dimensional = channels_last, one_dimensional
+
+    def cut(self, axis, length):
+        stride, reach = self.conv.stride[axis], (self.conv.kernel_size[axis] - 1) * self.conv.dilation[axis] + 1
+        if self.output_padding is None:
+            size = length * stride if self.same else length * stride + max(reach - stride, 0)
+        else:
+            pad = reach // 2 if self.same else 0
+            size = (length - 1) * stride + reach - 2 * pad + self.output_padding[axis]
+        start = max((length - 1) * stride + reach - size, 0) // 2 if self.same else 0
+        return start, size
+
+    def forward(self, x):
+        if self.one_dimensional:
+            x = x.unsqueeze(1 if self.channels_last else 2)
+        if self.channels_last:
+            x = x.permute(0, 3, 1, 2)
+        lengths = x.shape[2], x.shape[3]
+        y = self.conv(x)
+        for axis, length in enumerate(lengths):
+            start, size = self.cut(axis, length)
+            y = y.narrow(2 + axis, start, min(size, y.shape[2 + axis] - start))
+            missing = start + size - (y.shape[2 + axis] + start)
+            if missing > 0:
+                y = F.pad(y, (0, missing, 0, 0) if axis == 1 else (0, 0, 0, missing))
+        if self.bias is not None:
+            y = y + self.bias[:, None, None]
+        if self.channels_last:
+            y = y.permute(0, 2, 3, 1)
+        if self.one_dimensional:
+            y = y.squeeze(1 if self.channels_last else 2)
+        return ACTIVATIONS[self.activation](y)
+
+
 class SeparableConv2D(torch.nn.Module):
     """keras.layers.SeparableConv2D: a depthwise nn.Conv2d (no bias), then a 1x1 one with the bias."""
 
