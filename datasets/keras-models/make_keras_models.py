@@ -694,10 +694,18 @@ def zoo_1d():
         layers.ZeroPadding1D(padding=2, data_format="channels_first", name="pad_channels_first")(x),
         layers.Cropping1D(cropping=(2, 1), name="crop_2_1")(x),
         layers.Cropping1D(cropping=(1, 0), name="crop_1_0")(x),
+        layers.DepthwiseConv1D(3, depth_multiplier=2, padding="same", name="depthwise_same_m2")(x),
+        layers.DepthwiseConv1D(2, strides=2, use_bias=False, data_format="channels_first",
+                               name="depthwise_strided_channels_first")(layers.Permute((2, 1))(x)),
+        layers.SeparableConv1D(4, 3, depth_multiplier=2, padding="same", activation="tanh", name="separable_same")(x),
+        layers.SeparableConv1D(5, 2, dilation_rate=2, name="separable_dilated")(x),
     ]
     model = keras.Model(x, outputs, name="zoo_1d")
+    randomise(model, rng)
     write_model("zoo_1d", model, {"signal": rng.normal(size=(2, 7, 3)).astype(np.float32)},
-                "1-D resampling: UpSampling1D(3), ZeroPadding1D((1, 2)) and (2, channels_first), Cropping1D((2, 1)) and ((1, 0))")
+                "1-D resampling: UpSampling1D(3), ZeroPadding1D((1, 2)) and (2, channels_first), Cropping1D((2, 1)) "
+                "and ((1, 0)); DepthwiseConv1D (same, depth 2; strided channels_first) and SeparableConv1D (same "
+                "tanh, dilated)")
 
 
 def zoo_vision():

@@ -53,7 +53,7 @@ impl KerasLayer for Conv2D {
             return Err(call.error(format!("{} input channels, the kernel takes {}", x.dims()[1], per_group * self.groups)));
         }
         let y = self.window.convolve(x, self.weight.val(), self.bias.as_ref().map(|b| b.val()), self.groups, call)?;
-        Ok(vec![Value::float(self.activation.apply(self.window.back(y)))])
+        Ok(vec![Value::float(self.activation.apply(self.window.back(y)?))])
     }
 
     fn variables(&self) -> Vec<Variable> {

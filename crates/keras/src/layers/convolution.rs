@@ -1,6 +1,7 @@
 //! What the 2-D convolution layers share: their window arguments as Keras saves them, and a
 //! convolution on Keras' layout with TensorFlow's padding (`same`: `ceil(L / s)` outputs, the
-//! smaller half of the padding first, asymmetric for an even total).
+//! smaller half of the padding first, asymmetric for an even total). A 1-D layer of the same
+//! family (`DepthwiseConv1D`, `SeparableConv1D`) runs as a 2-D one of height 1.
 
 use burn::tensor::Tensor;
 use burn::tensor::module::conv2d;
@@ -22,35 +23,64 @@ pub struct Window2D {
     /// `padding="same"`; else `valid`.
     pub same: bool,
     pub channels_last: bool,
+    /// A 1-D layer (class name ending in `1D`): inputs `[B, L, C]`, the window `[1, k]`.
+    pub one_dimensional: bool,
 }
 
 impl Window2D {
     /// Reads the window's arguments (`kernel_size` required unless `kernel` is given).
     pub fn take(layer: &mut Build, kernel_argument: &str) -> Result<Self> {
+        let one_dimensional = layer.class().ends_with("1D");
         let args = &mut layer.args;
-        let kernel = two_sizes(args.take_ints(kernel_argument)?, None)
-            .ok_or_else(|| args.error(format!("{kernel_argument}: missing, or not one or two sizes")))?;
-        let stride = two_sizes(args.take_ints("strides")?, Some([1, 1]))
-            .ok_or_else(|| args.error("strides: not one or two sizes"))?;
-        let dilation = two_sizes(args.take_ints("dilation_rate")?, Some([1, 1]))
-            .ok_or_else(|| args.error("dilation_rate: not one or two sizes"))?;
+        // A 1-D layer's one size is the width's; its height is 1.
+        let mut sizes = |name: &str, default: Option<[usize; 2]>| -> Result<Option<[usize; 2]>> {
+            let value = args.take_ints(name)?;
+            Ok(match (one_dimensional, value.as_deref()) {
+                (true, None) => default,
+                (true, Some(&[one])) if one > 0 => Some([1, one as usize]),
+                (true, Some(_)) => None,
+                (false, _) => two_sizes(value, default),
+            })
+        };
+        let kernel = sizes(kernel_argument, None)?;
+        let stride = sizes("strides", Some([1, 1]))?;
+        let dilation = sizes("dilation_rate", Some([1, 1]))?;
+        let kernel =
+            kernel.ok_or_else(|| args.error(format!("{kernel_argument}: missing, or not the layer's sizes")))?;
+        let stride = stride.ok_or_else(|| args.error("strides: not the layer's sizes"))?;
+        let dilation = dilation.ok_or_else(|| args.error("dilation_rate: not the layer's sizes"))?;
         let same = args.take_choice("padding", "valid", &["valid", "same"])? == "same";
         let channels_last = args.take_channels_last()?;
         if stride.iter().any(|&s| s > 1) && dilation.iter().any(|&d| d > 1) {
             return Err(args.error("strides > 1 with dilation_rate > 1: Keras refuses this too"));
         }
-        Ok(Self { kernel, stride, dilation, same, channels_last })
+        Ok(Self { kernel, stride, dilation, same, channels_last, one_dimensional })
     }
 
-    /// `[B, C, H, W]` from the layer's input (channels moved first if Keras keeps them last).
+    /// `[B, C, H, W]` from the layer's input (channels moved first if Keras keeps them last; a
+    /// 1-D input gains a height of 1).
     pub fn channels_first(&self, x: DynTensor, call: &Call) -> Result<Tensor<4>> {
+        let x = if self.one_dimensional {
+            if x.rank() != 3 {
+                return Err(call.error(format!("an input of shape {:?}; a 1-D convolution takes [B, L, C]", x.shape())));
+            }
+            x.expand_dims(if self.channels_last { 1 } else { 2 })?
+        } else {
+            x
+        };
         let x = x.rank_n::<4>("a 2-D convolution's input [B, H, W, C]").map_err(|e| call.error(e))?;
         Ok(if self.channels_last { x.permute([0, 3, 1, 2]) } else { x })
     }
 
     /// Back to the layer's layout.
-    pub fn back(&self, y: Tensor<4>) -> DynTensor {
-        DynTensor::from(if self.channels_last { y.permute([0, 2, 3, 1]) } else { y })
+    pub fn back(&self, y: Tensor<4>) -> Result<DynTensor> {
+        let y = DynTensor::from(if self.channels_last { y.permute([0, 2, 3, 1]) } else { y });
+        if !self.one_dimensional {
+            return Ok(y);
+        }
+        let mut shape = y.shape();
+        shape.remove(if self.channels_last { 1 } else { 2 });
+        y.reshape(&shape)
     }
 
     /// `conv2d` of `x: [B, C, H, W]` with `weight: [F, C / groups, kh, kw]` and TensorFlow's
@@ -94,7 +124,7 @@ impl Window2D {
     ) {
         let [filters, per_group, _, _] = weight.dims();
         module.construct(format!(
-            "Conv2D({}, {filters}, {:?}, stride={:?}, dilation={:?}, groups={groups}, bias={}, same={}, channels_last={}, activation={:?})",
+            "Conv2D({}, {filters}, {:?}, stride={:?}, dilation={:?}, groups={groups}, bias={}, same={}, channels_last={}, activation={:?}, one_dimensional={})",
             per_group * groups,
             self.kernel,
             self.stride,
@@ -102,7 +132,8 @@ impl Window2D {
             py_bool(bias.is_some()),
             py_bool(self.same),
             py_bool(self.channels_last),
-            activation_name(activation)
+            activation_name(activation),
+            py_bool(self.one_dimensional)
         ));
         module.tensor("conv.weight", HostTensor::from_tensor(weight));
         if let Some(b) = bias {

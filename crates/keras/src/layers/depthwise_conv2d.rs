@@ -3,7 +3,8 @@
 //! `depth_multiplier` filters, output channel `c * depth_multiplier + m`. Keras' kernel is
 //! `(kh, kw, C, depth_multiplier)`; Burn runs it as `conv2d` with `groups = C` and a
 //! `[C * depth_multiplier, 1, kh, kw]` kernel. It does not support masking. torch: the
-//! prelude's `Conv2D` with `groups = C`.
+//! prelude's `Conv2D` with `groups = C`. `DepthwiseConv1D` (kernel `(k, C, depth_multiplier)`) is
+//! the same on a height of 1.
 
 use burn::module::{Module, Param};
 use burn::tensor::Tensor;
@@ -38,8 +39,10 @@ impl KerasLayer for DepthwiseConv2D {
         let device = layer.device;
         let mut vars = layer.vars()?;
         let [kh, kw] = window.kernel;
-        let kernel = vars.next("kernel", &[Some(kh), Some(kw), None, Some(depth_multiplier)])?;
-        let channels = kernel.shape[2];
+        let spatial = if window.one_dimensional { vec![Some(kw)] } else { vec![Some(kh), Some(kw)] };
+        let kernel = vars.next("kernel", &[spatial, vec![None, Some(depth_multiplier)]].concat())?;
+        let channels = kernel.shape[kernel.shape.len() - 2];
+        let kernel = kernel.reshaped(vec![kh, kw, channels, depth_multiplier]);
         let bias = if use_bias {
             Some(vars.next("bias", &[Some(channels * depth_multiplier)])?.to_tensor::<1>("bias", device)?)
         } else {
@@ -69,13 +72,15 @@ impl KerasLayer for DepthwiseConv2D {
             return Err(call.error(format!("{} input channels, the kernel takes {}", x.dims()[1], self.channels)));
         }
         let y = self.window.convolve(x, self.weight.val(), self.bias.as_ref().map(|b| b.val()), self.channels, call)?;
-        Ok(vec![Value::float(self.activation.apply(self.window.back(y)))])
+        Ok(vec![Value::float(self.activation.apply(self.window.back(y)?))])
     }
 
     fn variables(&self) -> Vec<Variable> {
         let [kh, kw] = self.window.kernel;
         let kernel = self.weight.val().reshape([self.channels, self.depth_multiplier, kh, kw]).permute([2, 3, 0, 1]);
-        let mut vars = vec![Variable::new("kernel", HostTensor::from_tensor(kernel))];
+        let kernel = HostTensor::from_tensor(kernel);
+        let kernel = if self.window.one_dimensional { kernel.reshaped(kernel.shape[1..].to_vec()) } else { kernel };
+        let mut vars = vec![Variable::new("kernel", kernel)];
         if let Some(b) = &self.bias {
             vars.push(Variable::new("bias", HostTensor::from_tensor(b.val())));
         }

@@ -35,8 +35,8 @@ registry! {
     masking::Masking => "Masking";
     conv1d::Conv1D => "Conv1D";
     conv2d::Conv2D => "Conv2D";
-    depthwise_conv2d::DepthwiseConv2D => "DepthwiseConv2D";
-    separable_conv2d::SeparableConv2D => "SeparableConv2D";
+    depthwise_conv2d::DepthwiseConv2D => "DepthwiseConv2D", "DepthwiseConv1D";
+    separable_conv2d::SeparableConv2D => "SeparableConv2D", "SeparableConv1D";
     conv_transpose::ConvTranspose => "Conv1DTranspose", "Conv2DTranspose";
     pooling1d::Pooling1D => "MaxPooling1D", "AveragePooling1D";
     global_pooling1d::GlobalPooling1D => "GlobalAveragePooling1D", "GlobalMaxPooling1D";

@@ -3,7 +3,8 @@
 //! [`super::depthwise_conv2d`], no bias) then a 1x1 pointwise one with the bias, as TensorFlow's
 //! `separable_conv2d`. Keras saves `depthwise_kernel (kh, kw, C, m)`, `pointwise_kernel
 //! (1, 1, C m, filters)` and `bias`. It does not support masking. torch: the prelude's
-//! `SeparableConv2D`.
+//! `SeparableConv2D`. `SeparableConv1D` (kernels `(k, C, m)`, `(1, C m, filters)`) is the same on a
+//! height of 1.
 
 use burn::module::{Module, Param};
 use burn::tensor::Tensor;
@@ -43,10 +44,17 @@ impl KerasLayer for SeparableConv2D {
         let device = layer.device;
         let mut vars = layer.vars()?;
         let [kh, kw] = window.kernel;
-        let depthwise = vars.next("depthwise_kernel", &[Some(kh), Some(kw), None, Some(depth_multiplier)])?;
-        let channels = depthwise.shape[2];
+        let (spatial, unit) = if window.one_dimensional {
+            (vec![Some(kw)], vec![Some(1)])
+        } else {
+            (vec![Some(kh), Some(kw)], vec![Some(1), Some(1)])
+        };
+        let depthwise = vars.next("depthwise_kernel", &[spatial, vec![None, Some(depth_multiplier)]].concat())?;
+        let channels = depthwise.shape[depthwise.shape.len() - 2];
+        let depthwise = depthwise.reshaped(vec![kh, kw, channels, depth_multiplier]);
         let inner = channels * depth_multiplier;
-        let pointwise = vars.next("pointwise_kernel", &[Some(1), Some(1), Some(inner), Some(filters)])?;
+        let pointwise = vars.next("pointwise_kernel", &[unit, vec![Some(inner), Some(filters)]].concat())?;
+        let pointwise = pointwise.reshaped(vec![1, 1, inner, filters]);
         let bias =
             if use_bias { Some(vars.next("bias", &[Some(filters)])?.to_tensor::<1>("bias", device)?) } else { None };
         vars.finish()?;
@@ -72,16 +80,20 @@ impl KerasLayer for SeparableConv2D {
         let spread = self.window.convolve(x, self.depthwise.val(), None, self.channels, call)?; // [B, C m, H', W']
         let options = ConvOptions::new([1, 1], [0, 0], [1, 1], 1);
         let y = conv2d(spread, self.pointwise.val(), self.bias.as_ref().map(|b| b.val()), options); // [B, F, H', W']
-        Ok(vec![Value::float(self.activation.apply(self.window.back(y)))])
+        Ok(vec![Value::float(self.activation.apply(self.window.back(y)?))])
     }
 
     fn variables(&self) -> Vec<Variable> {
         let [kh, kw] = self.window.kernel;
         let depthwise =
             self.depthwise.val().reshape([self.channels, self.depth_multiplier, kh, kw]).permute([2, 3, 0, 1]);
+        let (depthwise, pointwise) =
+            (HostTensor::from_tensor(depthwise), HostTensor::from_tensor(self.pointwise.val().permute([2, 3, 1, 0])));
+        // A 1-D layer saves (k, C, m) and (1, C m, filters).
+        let squeeze = |t: HostTensor| if self.window.one_dimensional { t.reshaped(t.shape[1..].to_vec()) } else { t };
         let mut vars = vec![
-            Variable::new("depthwise_kernel", HostTensor::from_tensor(depthwise)),
-            Variable::new("pointwise_kernel", HostTensor::from_tensor(self.pointwise.val().permute([2, 3, 1, 0]))),
+            Variable::new("depthwise_kernel", squeeze(depthwise)),
+            Variable::new("pointwise_kernel", squeeze(pointwise)),
         ];
         if let Some(b) = &self.bias {
             vars.push(Variable::new("bias", HostTensor::from_tensor(b.val())));
@@ -93,7 +105,7 @@ impl KerasLayer for SeparableConv2D {
         let w = &self.window;
         let filters = self.pointwise.dims()[0];
         module.construct(format!(
-            "SeparableConv2D({}, {filters}, {:?}, depth_multiplier={}, stride={:?}, dilation={:?}, bias={}, same={}, channels_last={}, activation={:?})",
+            "SeparableConv2D({}, {filters}, {:?}, depth_multiplier={}, stride={:?}, dilation={:?}, bias={}, same={}, channels_last={}, activation={:?}, one_dimensional={})",
             self.channels,
             w.kernel,
             self.depth_multiplier,
@@ -102,7 +114,8 @@ impl KerasLayer for SeparableConv2D {
             py_bool(self.bias.is_some()),
             py_bool(w.same),
             py_bool(w.channels_last),
-            activation_name(self.activation)
+            activation_name(self.activation),
+            py_bool(w.one_dimensional)
         ));
         module.tensor("depthwise.weight", HostTensor::from_tensor(self.depthwise.val()));
         module.tensor("pointwise.weight", HostTensor::from_tensor(self.pointwise.val()));

@@ -266,18 +266,24 @@ class Conv2D(torch.nn.Module):
     """keras.layers.Conv2D and DepthwiseConv2D (groups = channels): nn.Conv2d with TensorFlow's
     SAME padding and Keras' channels-last layout."""
 
-    def __init__(self, in_channels, filters, kernel_size, stride, dilation, groups, bias, same, channels_last, activation):
+    def __init__(self, in_channels, filters, kernel_size, stride, dilation, groups, bias, same, channels_last, activation,
+                 one_dimensional=False):
         super().__init__()
         self.conv = torch.nn.Conv2d(in_channels, filters, kernel_size, stride=stride, dilation=dilation, groups=groups, bias=bias)
         self.same, self.channels_last, self.activation = same, channels_last, activation
+        self.one_dimensional = one_dimensional  # DepthwiseConv1D: [B, L, C] as a height of 1
 
     def forward(self, x):
+        if self.one_dimensional:
+            x = x.unsqueeze(1 if self.channels_last else 2)
         if self.channels_last:
             x = x.permute(0, 3, 1, 2)  # [B, H, W, C] -> [B, C, H, W]
         if self.same:
             x = F.pad(x, same_padding_2d(x, self.conv.kernel_size, self.conv.stride, self.conv.dilation))
         y = self.conv(x)
         y = y.permute(0, 2, 3, 1) if self.channels_last else y
+        if self.one_dimensional:
+            y = y.squeeze(1 if self.channels_last else 2)
         return ACTIVATIONS[self.activation](y)
 
 
@@ -328,7 +334,8 @@ class ConvTranspose(torch.nn.Module):
 class SeparableConv2D(torch.nn.Module):
     """keras.layers.SeparableConv2D: a depthwise nn.Conv2d (no bias), then a 1x1 one with the bias."""
 
-    def __init__(self, in_channels, filters, kernel_size, depth_multiplier, stride, dilation, bias, same, channels_last, activation):
+    def __init__(self, in_channels, filters, kernel_size, depth_multiplier, stride, dilation, bias, same, channels_last, activation,
+                 one_dimensional=False):
         super().__init__()
         inner = in_channels * depth_multiplier
         self.depthwise = torch.nn.Conv2d(
@@ -336,14 +343,19 @@ class SeparableConv2D(torch.nn.Module):
         )
         self.pointwise = torch.nn.Conv2d(inner, filters, 1, bias=bias)
         self.same, self.channels_last, self.activation = same, channels_last, activation
+        self.one_dimensional = one_dimensional  # SeparableConv1D: [B, L, C] as a height of 1
 
     def forward(self, x):
+        if self.one_dimensional:
+            x = x.unsqueeze(1 if self.channels_last else 2)
         if self.channels_last:
             x = x.permute(0, 3, 1, 2)
         if self.same:
             x = F.pad(x, same_padding_2d(x, self.depthwise.kernel_size, self.depthwise.stride, self.depthwise.dilation))
         y = self.pointwise(self.depthwise(x))
         y = y.permute(0, 2, 3, 1) if self.channels_last else y
+        if self.one_dimensional:
+            y = y.squeeze(1 if self.channels_last else 2)
         return ACTIVATIONS[self.activation](y)
 
 
