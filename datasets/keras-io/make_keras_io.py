@@ -51,12 +51,15 @@ def write(name):
         ("input", loaded.get_build_config()["input_shape"], "float32")
     ]
     for input_name, full_shape, dtype in specs:
-        shape = [batch] + list(full_shape[1:])
+        shape = [batch] + [d if d is not None else 9 for d in full_shape[1:]]
         if len(shape) == 4:  # images, 0-255 as the examples feed them
             inputs[input_name] = rng.uniform(0, 255, size=shape).astype(dtype)
             continue
         vocab = next(l.input_dim for l in loaded._flatten_layers() if isinstance(l, keras.layers.Embedding))
-        inputs[input_name] = rng.integers(1, vocab, size=shape).astype(dtype)
+        ids = rng.integers(1, vocab, size=shape).astype(dtype)
+        for row in range(1, shape[0]):  # padding (id 0) at the end of every row but the first
+            ids[row, shape[1] - 2 * row:] = 0
+        inputs[input_name] = ids
     ordered = [inputs[input_name] for input_name, _, _ in specs]
     outputs = keras.tree.flatten(loaded(ordered[0] if len(ordered) == 1 else ordered, training=False))
     tensors = {f"inputs.{k}": v for k, v in inputs.items()}

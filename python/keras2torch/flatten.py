@@ -130,6 +130,7 @@ class _Tracer:
                     if "mask" in signature and "mask" not in kwargs and args and hasattr(args[0], "shape"):
                         kwargs["mask"] = backend.get_keras_mask(args[0])
                     outputs = layer.call(*args, **kwargs)
+                    _attach_mask(layer, args, kwargs, outputs)
                     tracer.report.traced.append((layer.name, type(layer).__name__))
                     return outputs
                 except Exception as error:  # noqa: BLE001 - any failure keeps the layer, with why
@@ -141,6 +142,27 @@ class _Tracer:
             return keras_call(layer, *args, **kwargs)
 
         return call
+
+
+def _attach_mask(layer, args, kwargs, outputs):
+    """What `Layer.__call__` would have done with masks, which calling `call` directly skips: the
+    output's Keras mask is `compute_mask(inputs, previous_mask)` when the class defines it (traced
+    too, so its ops join the graph), else the previous mask when the layer supports masking. A
+    later custom layer receives it as its `mask=`, which tracing records."""
+    import keras
+    from keras.src import backend
+
+    if not args or not hasattr(args[0], "shape") or not hasattr(outputs, "shape"):
+        return
+    previous = kwargs.get("mask", backend.get_keras_mask(args[0]))
+    if type(layer).compute_mask is not keras.layers.Layer.compute_mask:
+        mask = layer.compute_mask(args[0], previous)
+    elif layer.supports_masking:
+        mask = previous
+    else:
+        mask = None
+    if mask is not None:
+        backend.set_keras_mask(outputs, mask)
 
 
 def _untraceable(layer):
@@ -180,7 +202,8 @@ def _reserve_names(model):
     stack = [model]
     while stack:
         current = stack.pop()
-        for operation in getattr(current, "operations", []) + list(current._flatten_layers(include_self=False)):
+        inner = current._flatten_layers(include_self=False) if hasattr(current, "_flatten_layers") else []
+        for operation in list(getattr(current, "operations", [])) + list(inner):
             if operation.name not in names:
                 names.add(operation.name)
                 stack.append(operation)
@@ -284,7 +307,8 @@ def flatten(model, shapes=None, batch_size=None):
 
 def random_inputs(model, seed=0, batch=2):
     """Inputs for `model`: token ids below the smallest vocabulary of an `Embedding` reading an
-    input directly (or 0..9 for other integer inputs), normal values otherwise; open sizes are 8."""
+    input directly (or 0..9 for other integer inputs), the later rows' second halves padding
+    (id 0) so that masks matter; normal values otherwise; open sizes are 8."""
     import keras
 
     rng = np.random.default_rng(seed)
@@ -300,7 +324,10 @@ def random_inputs(model, seed=0, batch=2):
         shape = [batch] + [d if d is not None else 8 for d in tensor.shape[1:]]
         name = tensor._keras_history.operation.name
         if name in vocab or "int" in str(tensor.dtype):
-            values.append(rng.integers(1, vocab.get(name, 10), size=shape).astype(tensor.dtype))
+            ids = rng.integers(1, vocab.get(name, 10), size=shape)
+            if len(shape) == 2:  # padding (id 0) at the end of the second row, so that masks matter
+                ids[1:, shape[1] // 2:] = 0
+            values.append(ids.astype(tensor.dtype))
         else:
             values.append(rng.normal(size=shape).astype(tensor.dtype))
     return values
@@ -350,6 +377,13 @@ def flatten_file(path, out, imports=(), shapes=None, batch_size=None, seed=0):
     model = keras.saving.load_model(path, custom_objects=custom_objects(modules), compile=False)
     flat, report = flatten(model, shapes=shapes, batch_size=batch_size)
     report.difference = largest_difference(flat, model, random_inputs(flat, seed=seed))
+    if not report.difference <= 1e-5:
+        kept = "".join(f"\n  kept {name} ({cls}): {reason}" for name, cls, reason in report.kept)
+        raise ValueError(
+            f"the flattened model differs from the original by {report.difference:.3e} on random inputs "
+            f"(masks a custom layer hands to built-in ones implicitly are not recorded by tracing); "
+            f"nothing written{kept}"
+        )
     directory = os.path.dirname(os.path.abspath(out))
     handle, temporary = tempfile.mkstemp(suffix=".keras", dir=directory)
     os.close(handle)
@@ -393,9 +427,6 @@ def main(argv=None):
     for line in report.lines():
         print(line)
     print(f"wrote {args.out}")
-    if report.difference is None or not report.difference <= 1e-5:
-        print(f"error: the flattened model differs from the original by {report.difference}", file=sys.stderr)
-        return 1
     return 0
 
 
