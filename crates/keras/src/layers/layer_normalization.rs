@@ -1,6 +1,6 @@
 //! `keras.layers.LayerNormalization(axis, epsilon, center, scale, rms_scaling)`, in Keras' order
-//! of operations ([`super::moments`]). It supports masking. torch: the prelude's
-//! `LayerNormalization` (any axes, Keras' order of operations).
+//! of operations ([`super::moments`]). It supports masking. torch: `nn.LayerNorm` over the last
+//! axis, else the prelude's `LayerNormalization` (any axes, Keras' order of operations).
 
 use burn::module::{Module, Param};
 use burn::tensor::Tensor;
@@ -78,6 +78,16 @@ impl KerasLayer for LayerNormalization {
 
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
         let width = self.gamma.as_ref().or(self.beta.as_ref()).map_or(1, |p| p.dims()[0]);
+        if let Some(constructor) = self.torch_builtin(width) {
+            // torch's own layer: the last axis, and an affine part it can hold.
+            module.construct(constructor);
+            for (name, p) in [("weight", &self.gamma), ("bias", &self.beta)] {
+                if let Some(p) = p {
+                    module.tensor(name, HostTensor::from_tensor(p.val()));
+                }
+            }
+            return Ok(());
+        }
         module.construct(format!(
             "LayerNormalization([{width}], {:?}, {:e}, {}, {}, {})",
             self.axes,
@@ -100,6 +110,22 @@ impl KerasLayer for LayerNormalization {
 }
 
 impl LayerNormalization {
+    /// `nn.LayerNorm(width, eps=...)` where it computes what Keras does: over the last axis only,
+    /// with gamma and beta, gamma alone (`bias=False`) or neither; `None` otherwise (other axes,
+    /// beta without gamma, `rms_scaling`).
+    fn torch_builtin(&self, width: usize) -> Option<String> {
+        if self.axes != [-1] || self.rms_scaling {
+            return None;
+        }
+        let affine = match (self.gamma.is_some(), self.beta.is_some()) {
+            (true, true) => "",
+            (true, false) => ", bias=False",
+            (false, false) => ", elementwise_affine=False",
+            (false, true) => return None,
+        };
+        Some(format!("torch.nn.LayerNorm({width}, eps={:e}{affine})", self.epsilon))
+    }
+
     /// `gamma` and `beta`, those that exist, in Keras' order.
     fn params(&self) -> impl Iterator<Item = (&'static str, &Param<Tensor<1>>)> {
         [("gamma", &self.gamma), ("beta", &self.beta)].into_iter().filter_map(|(n, p)| Some((n, p.as_ref()?)))
