@@ -38,6 +38,7 @@ pub fn convert_model_to_torch(input: &Path, out: Option<PathBuf>) -> Result<Stri
     }
     let run = model.run(inputs, false, true).with_context(|| format!("running {} on the probe", input.display()))?;
     let ranks: Vec<usize> = run.nodes.iter().map(|(_, v)| v.shape().len()).collect();
+    let masked: Vec<bool> = run.nodes.iter().map(|(_, v)| v.mask.is_some()).collect();
     for (label, value) in &run.nodes {
         probe.insert(format!("nodes.{label}"), value.tensor.to_host());
     }
@@ -47,7 +48,7 @@ pub fn convert_model_to_torch(input: &Path, out: Option<PathBuf>) -> Result<Stri
 
     let weights_file = format!("{name}.safetensors");
     let probe_file = format!("{name}.probe.safetensors");
-    let export = torch_export(&model, &ranks, &weights_file, &probe_file)?;
+    let export = torch_export(&model, &ranks, &masked, &weights_file, &probe_file)?;
     model::weights::write_atomic(&python, export.source.as_bytes())?;
     let parameters: usize = export.state_dict.iter().map(|(_, t)| t.data.len()).sum();
     let tensors = export.state_dict.names().count();

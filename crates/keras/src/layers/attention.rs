@@ -10,7 +10,7 @@ use burn::tensor::{Distribution, Tensor};
 
 use super::{Build, Call, Input, KerasLayer, Variable, random};
 use crate::graph::Arg;
-use crate::torch::{TorchCall, TorchModule, mask_var, py_bool, var};
+use crate::torch::{TorchCall, TorchModule, py_bool, var};
 use crate::value::{Binary, DynTensor, Reduce, Unary, Value};
 use model::error::Result;
 use model::weights::HostTensor;
@@ -195,7 +195,7 @@ pub fn torch_attention_call(call: &mut TorchCall) -> Result<()> {
             };
             (mask(0), mask(1))
         }
-        _ => (mask_var(query), mask_var(value)),
+        _ => (call.mask_of(query), call.mask_of(value)),
     };
     let (causal, scores) = (call.flag("use_causal_mask"), call.flag("return_attention_scores"));
     let i = call.index;
@@ -209,6 +209,8 @@ pub fn torch_attention_call(call: &mut TorchCall) -> Result<()> {
         py_bool(causal),
         py_bool(scores)
     ));
-    call.line(format!("m{i} = {query_mask}"));
+    if call.masked() {
+        call.line(format!("m{i} = {query_mask}"));
+    }
     Ok(())
 }

@@ -7,7 +7,7 @@ use burn::module::Module;
 
 use super::{Build, Call, KerasLayer};
 use crate::graph::Arg;
-use crate::torch::{TorchCall, mask_var, var};
+use crate::torch::{TorchCall, var};
 use crate::value::{DynTensor, Reduce, Value};
 use model::error::Result;
 
@@ -46,7 +46,7 @@ impl KerasLayer for Concatenate {
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let ports = call.node.args.first().map(Arg::ports).unwrap_or_default();
         let xs = ports.iter().map(|p| var(*p)).collect::<Vec<_>>().join(", ");
-        let ms = ports.iter().map(|p| mask_var(*p)).collect::<Vec<_>>().join(", ");
+        let ms = ports.iter().map(|p| call.mask_of(*p)).collect::<Vec<_>>().join(", ");
         let axis = self.axis;
         call.assign(&format!("torch.cat([{xs}], dim={axis})"), &format!("concatenate_masks([{xs}], [{ms}], {axis})"));
         Ok("torch.cat".into())

@@ -7,7 +7,7 @@ use burn::module::Module;
 
 use super::{Build, Call, KerasLayer};
 use crate::graph::Arg;
-use crate::torch::{TorchCall, fold, mask_var, var};
+use crate::torch::{TorchCall, fold, var};
 use crate::value::{Binary, DynTensor, Unary, Value};
 use model::error::Result;
 
@@ -61,7 +61,7 @@ impl KerasLayer for Merge {
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let ports = call.node.args.first().map(Arg::ports).unwrap_or_default();
         let xs: Vec<String> = ports.iter().map(|p| var(*p)).collect();
-        let ms: Vec<String> = ports.iter().map(|p| mask_var(*p)).collect();
+        let ms: Vec<String> = ports.iter().map(|p| call.mask_of(*p)).collect();
         if xs.is_empty() {
             return Err(call.refuse("no inputs"));
         }

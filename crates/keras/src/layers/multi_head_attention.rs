@@ -14,7 +14,7 @@ use burn::tensor::{Bool, Tensor};
 
 use super::{Build, Call, KerasLayer, Variable};
 use crate::graph::Arg;
-use crate::torch::{TorchCall, TorchModule, mask_var, py_bool, render, var};
+use crate::torch::{TorchCall, TorchModule, py_bool, render, var};
 use crate::value::{DynTensor, Value};
 use model::error::Result;
 use model::keras_file::{ATTENTION_SUBLAYERS, config_from_arguments};
@@ -128,7 +128,7 @@ impl KerasLayer for MultiHeadAttention {
         let layer = &self.layer;
         let d = layer.dims();
         module.construct(format!(
-            "MultiHeadAttention({}, {}, {}, {}, {}, {}, {}, bias={}, dropout={:?})",
+            "MultiHeadAttention(query_dim={}, key_input_dim={}, value_input_dim={}, num_heads={}, key_dim={}, value_dim={}, output_dim={}, bias={}, dropout={:?})",
             d.query_dim,
             d.key_input_dim,
             d.value_input_dim,
@@ -161,28 +161,35 @@ impl KerasLayer for MultiHeadAttention {
         let rank = call.ranks.get(query.node).copied().unwrap_or(3);
         let axes = model::keras_mha::resolve_attention_axes(layer.attention_axes.as_deref(), rank)
             .map_err(|e| call.refuse(e))?;
-        let attention_mask = call.kwarg("attention_mask").map_or("None".into(), render);
         let causal = call.flag("use_causal_mask");
         let scores = call.flag("return_attention_scores");
         let i = call.index;
         let outputs = if scores { format!("x{i}, x{i}_1") } else { format!("x{i}") };
-        call.line(format!(
-            "{outputs} = self.{}({}, {}, key={}, query_mask={}, value_mask={}, key_mask={}, attention_mask={attention_mask}, use_causal_mask={}, return_attention_scores={}, attention_axes={axes:?})",
-            call.attr,
-            var(query),
-            var(value),
-            key.map_or("None".into(), var),
-            mask_var(query),
-            mask_var(value),
-            key.map_or("None".into(), mask_var),
-            py_bool(causal),
-            py_bool(scores)
-        ));
-        call.line(format!("m{i} = {}", mask_var(query)));
+        // The call as a user would write it: the query and value, then only what is not a default.
+        let mut arguments = vec![var(query), var(value)];
+        let mut keyword = |name: &str, value: String| {
+            if value != "None" && value != "False" {
+                arguments.push(format!("{name}={value}"));
+            }
+        };
+        keyword("key", key.map_or("None".into(), var));
+        keyword("query_mask", call.mask_of(query));
+        keyword("value_mask", call.mask_of(value));
+        keyword("key_mask", key.map_or("None".into(), |k| call.mask_of(k)));
+        keyword("attention_mask", call.kwarg("attention_mask").map_or("None".into(), render));
+        keyword("use_causal_mask", py_bool(causal).into());
+        keyword("return_attention_scores", py_bool(scores).into());
+        if axes != [1] {
+            keyword("attention_axes", format!("{axes:?}"));
+        }
+        call.line(format!("{outputs} = self.{}({})", call.attr, arguments.join(", ")));
+        if call.masked() {
+            call.line(format!("m{i} = {}", call.mask_of(query)));
+        }
         let mut cleared = Vec::new();
         let node = call.node;
         for port in node.args.iter().chain(node.kwargs.iter().map(|(_, a)| a)).flat_map(Arg::ports) {
-            if port.index == 0 && !cleared.contains(&port.node) {
+            if port.index == 0 && call.is_masked(port.node) && !cleared.contains(&port.node) {
                 cleared.push(port.node);
                 call.line(format!("m{} = None  # Keras' attention clears its inputs' masks", port.node));
             }

@@ -45,7 +45,6 @@ impl KerasLayer for OperationNode {
                 let name = if k == 0 { format!("x{i}") } else { format!("x{i}_{k}") };
                 call.line(format!("{name} = x{i}_parts[{k}]"));
             }
-            call.line(format!("m{i} = None"));
         } else {
             call.assign(&y, "None");
         }

@@ -49,6 +49,9 @@ pub struct TorchCall<'a> {
     pub model_input: Option<&'a str>,
     /// How many of the node's outputs the graph reads (at least 1).
     pub outputs: usize,
+    /// Whether each node's first output carries a Keras mask (from the probe run): only those
+    /// get an `m<i>` variable.
+    pub(super) masked: &'a [bool],
     /// `layer <label> (<class>)`, for errors.
     pub(super) what: String,
     pub(super) lines: Vec<String>,
@@ -60,10 +63,29 @@ impl TorchCall<'_> {
         self.lines.push(line.into());
     }
 
-    /// `x<i>, m<i> = <value>, <mask>`: the usual one-output call.
+    /// `x<i> = <value>`, with `m<i> = <mask>` beside it where the node's output carries a mask.
     pub fn assign(&mut self, value: &str, mask: &str) {
         let i = self.index;
-        self.line(format!("x{i}, m{i} = {value}, {mask}"));
+        if self.masked() {
+            self.line(format!("x{i}, m{i} = {value}, {mask}"));
+        } else {
+            self.line(format!("x{i} = {value}"));
+        }
+    }
+
+    /// Whether this node's output carries a Keras mask (`m<i>` exists).
+    pub fn masked(&self) -> bool {
+        self.is_masked(self.index)
+    }
+
+    /// Whether node `node`'s first output carries a Keras mask.
+    pub fn is_masked(&self, node: usize) -> bool {
+        self.masked.get(node).copied().unwrap_or(false)
+    }
+
+    /// The mask variable of a port: `m5` for a masked node's first output, else `None`.
+    pub fn mask_of(&self, port: Port) -> String {
+        if port.index == 0 && self.is_masked(port.node) { format!("m{}", port.node) } else { "None".into() }
     }
 
     /// The error for a call this writer cannot express in torch.
@@ -87,7 +109,7 @@ impl TorchCall<'_> {
             return var(*p);
         }
         match self.node.args.first() {
-            Some(Arg::Tensor(p)) => mask_var(*p),
+            Some(Arg::Tensor(p)) => self.mask_of(*p),
             _ => "None".into(),
         }
     }
@@ -114,11 +136,6 @@ impl TorchCall<'_> {
 /// The variable of a port: `x5` for a node's first output, `x5_1` for its second.
 pub fn var(port: Port) -> String {
     if port.index == 0 { format!("x{}", port.node) } else { format!("x{}_{}", port.node, port.index) }
-}
-
-/// The mask variable of a port: `m5` for a node's first output; later outputs carry none.
-pub fn mask_var(port: Port) -> String {
-    if port.index == 0 { format!("m{}", port.node) } else { "None".into() }
 }
 
 /// An argument as a Python expression.
