@@ -30,6 +30,12 @@ EXAMPLES = {
     "text_classification": (1, 3, []),
     "vision_transformer": (3, 2, []),
     "named_entity_recognition": (4, 2, []),
+    "compact_convolutional_transformer": (6, 2, []),
+}
+
+# Examples whose custom layers the flattener must keep (and `convert` refuse), with the reason.
+KEPT = {
+    "compact_convolutional_transformer": "PositionEmbedding: reads its own weights in call",
 }
 
 
@@ -70,6 +76,8 @@ def write(name):
     tensors.update({f"expected.{n}": np.asarray(o) for n, o in zip(names, outputs)})
     metadata = {"keras_version": keras.__version__, "flatten": json.dumps(flatten_options),
                 "source": f"{name}.py"}
+    if name in KEPT:
+        metadata["kept"] = KEPT[name]
     save_file(tensors, os.path.join(HERE, f"{name}.probe.safetensors"), metadata=metadata)
     print(f"wrote {name}.keras ({os.path.getsize(path)} bytes) and its probe: outputs {names}")
 

@@ -1,7 +1,8 @@
 //! keras.io's attention examples whose models hold custom layers (`datasets/keras-io/`, made by
 //! keras 3.15.1 with the examples' own classes): `cargo xtask flatten` re-traces them with the
 //! real Keras, and the flattened file runs in Burn within 1e-5 of Keras' outputs on every
-//! backend. Needs `python3` with Keras 3 (CI installs it and sets REQUIRE_KERAS=1; elsewhere a
+//! backend; a custom layer that cannot be traced is kept, named with the reason, and refused by
+//! `convert`. Needs `python3` with Keras 3 (CI installs it and sets REQUIRE_KERAS=1; elsewhere a
 //! machine without it skips these cases, saying so).
 
 use std::path::{Path, PathBuf};
@@ -47,6 +48,8 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 /// `cargo xtask flatten` on one example, with the options its probe names; the flattened path.
+/// An example whose probe names a layer to keep (`kept`: "Class: reason") must print that layer
+/// as kept with that reason; every other must keep none.
 fn flatten(stem: &str, probe: &TensorFile, out: &Path) -> PathBuf {
     let dir = examples_dir();
     let options: Vec<String> =
@@ -65,8 +68,30 @@ fn flatten(stem: &str, probe: &TensorFile, out: &Path) -> PathBuf {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stem}: flatten failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
     assert!(stdout.contains("max |flattened - original| ="), "{stem}: no check printed:\n{stdout}");
-    assert!(!stdout.contains("kept "), "{stem}: a custom layer was left:\n{stdout}");
+    match probe.metadata.get("kept") {
+        Some(kept) => {
+            let (class, reason) = kept.split_once(": ").expect("kept: `Class: reason`");
+            let line = stdout.lines().find(|l| l.starts_with("kept ") && l.contains(&format!("({class})")));
+            assert!(line.is_some_and(|l| l.contains(reason)), "{stem}: {class} not kept with `{reason}`:\n{stdout}");
+        }
+        None => assert!(!stdout.contains("kept "), "{stem}: a custom layer was left:\n{stdout}"),
+    }
     flat
+}
+
+/// `convert` of a flattened file that kept a custom layer: exit status 1, the class named, no file.
+fn assert_refused(stem: &str, flat: &Path, class: &str, out: &Path) {
+    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
+        .arg("convert")
+        .arg(flat)
+        .args(["--to", "torch", "--out"])
+        .arg(out.join(format!("{stem}.port")))
+        .output()
+        .expect("xtask runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stem}: {stderr}");
+    assert!(stderr.contains(&format!("({class}, ")) && stderr.contains("custom layer"), "{stem}: {stderr}");
+    assert!(!out.join(format!("{stem}.port.py")).exists(), "{stem}: a refused conversion wrote a file");
 }
 
 #[test]
@@ -81,6 +106,10 @@ fn keras_io_custom_layer_examples_flatten_and_match_keras_on_every_backend() {
     for stem in &stems {
         let probe = TensorFile::read(&examples_dir().join(format!("{stem}.probe.safetensors"))).unwrap();
         let flat = flatten(stem, &probe, &out);
+        if let Some(kept) = probe.metadata.get("kept") {
+            assert_refused(stem, &flat, kept.split(':').next().unwrap_or_default(), &out);
+            continue;
+        }
         for backend in Backend::for_checks().unwrap() {
             let device = backend.device(WgpuKind::default()).unwrap();
             let model = KerasModel::from_file(&flat, &device).unwrap_or_else(|e| panic!("{stem}: {e}"));
