@@ -14,7 +14,7 @@ use burn::tensor::{Bool, Tensor};
 
 use super::{Build, Call, KerasLayer, Variable};
 use crate::graph::Arg;
-use crate::torch::{TorchCall, TorchModule, py_bool, render, var};
+use crate::torch::{TorchCall, TorchModule, py_bool, var};
 use crate::value::{DynTensor, Value};
 use model::error::Result;
 use model::keras_file::{ATTENTION_SUBLAYERS, config_from_arguments};
@@ -176,7 +176,9 @@ impl KerasLayer for MultiHeadAttention {
         keyword("query_mask", call.mask_of(query));
         keyword("value_mask", call.mask_of(value));
         keyword("key_mask", key.map_or("None".into(), |k| call.mask_of(k)));
-        keyword("attention_mask", call.kwarg("attention_mask").map_or("None".into(), render));
+        let node = call.node;
+        let attention_mask = node.kwargs.iter().find(|(k, _)| k == "attention_mask").map(|(_, a)| a);
+        keyword("attention_mask", attention_mask.map_or("None".into(), |a| call.render(a)));
         keyword("use_causal_mask", py_bool(causal).into());
         keyword("return_attention_scores", py_bool(scores).into());
         if axes != [1] {

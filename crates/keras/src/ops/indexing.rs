@@ -192,7 +192,7 @@ impl Indexing {
 
     /// The torch expression of the operation on `x` (the first operand as written) and the
     /// node's recorded `args`; `unstack` and `split` give a sequence.
-    pub fn torch(&self, x: &str, args: &[Arg]) -> std::result::Result<String, String> {
+    pub fn torch(&self, x: &str, args: &[Arg], rendered: &[String]) -> std::result::Result<String, String> {
         use crate::torch::render;
         Ok(match self {
             Self::GetItem => {
@@ -224,7 +224,7 @@ impl Indexing {
                 }
             }
             Self::Stack { axis } => {
-                format!("torch.stack({}, dim={axis})", args.first().map(render).ok_or("no operands")?)
+                format!("torch.stack({}, dim={axis})", rendered.first().ok_or("no operands")?)
             }
             Self::Unstack { axis } => format!("torch.unbind({x}, dim={axis})"),
             Self::Split { sections: Sections::Equal(n), axis } => format!("torch.tensor_split({x}, {n}, dim={axis})"),

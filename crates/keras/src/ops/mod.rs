@@ -14,8 +14,8 @@ use indexing::Indexing;
 
 use crate::layers::convolution::two_sizes;
 use crate::layers::{Build, Call, Input, KerasLayer, same_padding};
-use crate::torch::{TorchCall, py_bool, py_float, render, tuple};
-use crate::value::{Binary, DType, DynTensor, Reduce, Unary, Value, resolve_shape};
+use crate::torch::{TorchCall, py_bool, py_float, tuple};
+use crate::value::{Binary, DType, DynTensor, Reduce, Unary, Value, constant_tensor, resolve_shape};
 use model::error::Result;
 
 /// An operation node of the graph: an [`Operation`] as a layer of the model.
@@ -36,7 +36,9 @@ impl KerasLayer for OperationNode {
     }
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
-        let y = self.op.torch(call.node.args.as_slice()).map_err(|why| call.refuse(why))?;
+        let node = call.node;
+        let rendered: Vec<String> = node.args.iter().map(|a| call.render(a)).collect();
+        let y = self.op.torch(&node.args, &rendered).map_err(|why| call.refuse(why))?;
         if self.op.gives_a_sequence() {
             // `unstack` / `split`: x<i>, x<i>_1, ... are the parts the graph reads.
             let i = call.index;
@@ -349,12 +351,13 @@ impl Operation {
 
     /// The torch expression of the operation on `args` (the node's recorded operands); `Err`
     /// says why it cannot be written.
-    fn torch(&self, args: &[Arg]) -> std::result::Result<String, String> {
-        let operand = |k: usize| args.get(k).map(render).ok_or_else(|| format!("operand {k} is missing"));
-        // A constant operand where torch wants a tensor.
+    fn torch(&self, args: &[Arg], rendered: &[String]) -> std::result::Result<String, String> {
+        let operand = |k: usize| rendered.get(k).cloned().ok_or_else(|| format!("operand {k} is missing"));
+        // A number where torch wants a tensor (a constant tensor is a buffer already).
         let tensor = |k: usize| -> std::result::Result<String, String> {
             let r = operand(k)?;
-            Ok(if matches!(args.get(k), Some(Arg::Const(_))) { format!("torch.tensor({r})") } else { r })
+            let number = matches!(args.get(k), Some(Arg::Const(c)) if constant_tensor(c).is_none());
+            Ok(if number { format!("torch.tensor({r})") } else { r })
         };
         Ok(match self {
             Self::Binary(b) => {
@@ -418,7 +421,7 @@ impl Operation {
             Self::Matmul => format!("torch.matmul({}, {})", tensor(0)?, tensor(1)?),
             Self::Concatenate { axis } => format!("torch.cat({}, dim={axis})", operand(0)?),
             Self::Reshape { shape } => format!("{}.reshape({shape:?})", tensor(0)?),
-            Self::Indexing(op) => op.torch(&operand(0)?, args)?,
+            Self::Indexing(op) => op.torch(&operand(0)?, args, rendered)?,
             Self::ExtractPatches { size, strides, dilation, same, channels_last } => format!(
                 "extract_patches({}, {size:?}, {strides:?}, {dilation}, {}, {})",
                 tensor(0)?,

@@ -55,6 +55,8 @@ pub struct TorchCall<'a> {
     /// `layer <label> (<class>)`, for errors.
     pub(super) what: String,
     pub(super) lines: Vec<String>,
+    /// Constant tensors of the call, as buffers of the module: `(name, values, dtype)`.
+    pub(super) buffers: Vec<(String, HostTensor, DType)>,
 }
 
 impl TorchCall<'_> {
@@ -91,6 +93,23 @@ impl TorchCall<'_> {
     /// The error for a call this writer cannot express in torch.
     pub fn refuse(&self, why: impl std::fmt::Display) -> ModelError {
         ModelError::Conversion { direction: "Keras -> torch", reason: format!("{}: {why}", self.what) }
+    }
+
+    /// An argument as a Python expression; a constant tensor saved in the graph becomes a buffer
+    /// of the module (`self.constant_<i>_<k>`), so that `forward` does not spell its values out.
+    pub fn render(&mut self, arg: &Arg) -> String {
+        match arg {
+            Arg::Tensor(p) => var(*p),
+            Arg::List(items) => format!("[{}]", items.iter().map(|a| self.render(a)).collect::<Vec<_>>().join(", ")),
+            Arg::Const(c) => match constant_tensor(c) {
+                Some((host, dtype)) => {
+                    let name = format!("constant_{}_{}", self.index, self.buffers.len());
+                    self.buffers.push((name.clone(), host, dtype));
+                    format!("self.{name}")
+                }
+                None => literal(c),
+            },
+        }
     }
 
     /// The first tensor argument, as a Python expression.

@@ -92,8 +92,19 @@ pub fn torch_export(
             masked,
             what: format!("layer {} ({})", node.label, spec.class_name),
             lines: Vec::new(),
+            buffers: Vec::new(),
         };
         let construct = layer.torch_call(&mut call)?;
+        for (name, host, dtype) in std::mem::take(&mut call.buffers) {
+            let dtype = match dtype {
+                DType::Float => "torch.float32",
+                DType::Int => "torch.int64",
+                DType::Bool => "torch.bool",
+            };
+            let _ =
+                writeln!(init, "        self.register_buffer({name:?}, torch.zeros({:?}, dtype={dtype}))", host.shape);
+            state.insert(name, host);
+        }
         constructs.push((format!("{} ({})", node.label, spec.class_name), construct));
         for line in call.lines {
             let _ = writeln!(body, "        {line}");
