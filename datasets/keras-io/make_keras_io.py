@@ -31,6 +31,7 @@ EXAMPLES = {
     "vision_transformer": (3, 2, []),
     "named_entity_recognition": (4, 2, []),
     "compact_convolutional_transformer": (6, 2, []),
+    "english_to_spanish": (5, 3, ["--shape", "encoder_inputs=9"]),
 }
 
 # Examples whose custom layers the flattener must keep (and `convert` refuse), with the reason.

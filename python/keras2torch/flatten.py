@@ -93,6 +93,9 @@ class _Tracer:
 
         self.reshape = reshape
         keras.ops.reshape = reshape_open
+        attention = keras.layers.MultiHeadAttention
+        self.attention_call = attention.__dict__.get("__call__")
+        attention.__call__ = _attention_with_explicit_masks(attention.__call__)
 
         for layer in model._flatten_layers(include_self=False, recursive=True):
             if is_builtin(layer) or not isinstance(layer, keras.layers.Layer):
@@ -107,6 +110,12 @@ class _Tracer:
         import keras
 
         keras.ops.reshape = self.reshape
+        attention = keras.layers.MultiHeadAttention
+        if self.attention_call is None:
+            del attention.__call__
+        else:
+            attention.__call__ = self.attention_call
+        _ATTACHED.clear()
         for cls, (own, _) in self.classes.items():
             if own is None:
                 del cls.__call__
@@ -163,6 +172,48 @@ def _attach_mask(layer, args, kwargs, outputs):
         mask = None
     if mask is not None:
         backend.set_keras_mask(outputs, mask)
+        _ATTACHED.add(id(mask))
+
+
+# Masks the tracer attached to traced outputs: the saved graph does not reproduce them on the
+# tensors, so a built-in layer that would read one implicitly is given it explicitly.
+_ATTACHED = set()
+
+
+def _attention_with_explicit_masks(keras_call):
+    """`MultiHeadAttention.__call__` for tracing: where its query, value or key carries a mask the
+    tracer attached, the call gets Keras' own combination of them (`query_mask[:, :, None] &
+    value_mask[:, None, :] & key_mask[:, None, :] & attention_mask`) as its recorded
+    `attention_mask`; the attention computes the same."""
+    import keras
+    from keras.src import backend
+
+    def call(layer, query, value, key=None, attention_mask=None, **kwargs):
+        tensors = [query, value, value if key is None else key]
+        masks = [backend.get_keras_mask(t) if hasattr(t, "shape") else None for t in tensors]
+        if not any(m is not None and id(m) in _ATTACHED for m in masks):
+            return keras_call(layer, query, value, key=key, attention_mask=attention_mask, **kwargs)
+        query_mask, value_mask, key_mask = masks
+        combined = None
+        for part in (
+            None if query_mask is None else ops_expand(query_mask, -1),
+            None if value_mask is None else ops_expand(value_mask, -2),
+            None if key_mask is None else ops_expand(key_mask, -2),
+            None if attention_mask is None else keras.ops.cast(attention_mask, "bool"),
+        ):
+            if part is not None:
+                combined = part if combined is None else keras.ops.logical_and(combined, part)
+        # The saved graph keeps the explicit attention_mask; the attached masks are not saved, so
+        # the reloaded attention reads no others.
+        return keras_call(layer, query, value, key=key, attention_mask=combined, **kwargs)
+
+    return call
+
+
+def ops_expand(mask, axis):
+    import keras
+
+    return keras.ops.expand_dims(keras.ops.cast(mask, "bool"), axis)
 
 
 def _untraceable(layer):
