@@ -103,7 +103,7 @@ class _Tracer:
             self.layers.add(id(layer))
             cls = type(layer)
             if cls not in self.classes:
-                self.classes[cls] = (cls.__dict__.get("__call__"), cls.__call__)
+                self.classes[cls] = cls.__dict__.get("__call__")  # the class's own, to put back
                 cls.__call__ = self._traced_call(cls.__call__)
 
     def restore(self):
@@ -116,7 +116,7 @@ class _Tracer:
         else:
             attention.__call__ = self.attention_call
         _ATTACHED.clear()
-        for cls, (own, _) in self.classes.items():
+        for cls, own in self.classes.items():
             if own is None:
                 del cls.__call__
             else:
