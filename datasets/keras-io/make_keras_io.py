@@ -32,6 +32,7 @@ EXAMPLES = {
     "named_entity_recognition": (4, 2, []),
     "compact_convolutional_transformer": (6, 2, []),
     "english_to_spanish": (5, 3, ["--shape", "encoder_inputs=9"]),
+    "object_detection_vit": (7, 2, []),
 }
 
 # Examples whose custom layers the flattener must keep (and `convert` refuse), with the reason.
