@@ -33,6 +33,7 @@ EXAMPLES = {
     "compact_convolutional_transformer": (6, 2, []),
     "english_to_spanish": (5, 3, ["--shape", "encoder_inputs=9"]),
     "object_detection_vit": (7, 2, []),
+    "mobilevit": (8, 2, []),
 }
 
 # Examples whose custom layers the flattener must keep (and `convert` refuse), with the reason.
@@ -80,6 +81,9 @@ def write(name):
                 "source": f"{name}.py"}
     if name in KEPT:
         metadata["kept"] = KEPT[name]
+    # Whether the model holds classes of the example's own (else `convert` reads it as it is).
+    own = [l for l in [loaded, *loaded._flatten_layers()] if not type(l).__module__.startswith("keras.")]
+    metadata["custom_classes"] = ",".join(sorted({type(l).__name__ for l in own}))
     save_file(tensors, os.path.join(HERE, f"{name}.probe.safetensors"), metadata=metadata)
     print(f"wrote {name}.keras ({os.path.getsize(path)} bytes) and its probe: outputs {names}")
 
