@@ -96,11 +96,7 @@ impl KerasLayer for Conv1D {
 
     fn variables(&self) -> Vec<Variable> {
         // Burn's [filters, in / groups, k] back to Keras' (k, in / groups, filters)
-        let mut vars = vec![Variable::new("kernel", HostTensor::from_tensor(self.weight.val().permute([2, 1, 0])))];
-        if let Some(b) = &self.bias {
-            vars.push(Variable::new("bias", HostTensor::from_tensor(b.val())));
-        }
-        vars
+        Variable::kernels_and_bias(vec![("kernel", HostTensor::from_tensor(self.weight.val().permute([2, 1, 0])))], &self.bias)
     }
 
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {

@@ -58,11 +58,7 @@ impl KerasLayer for Conv2D {
 
     fn variables(&self) -> Vec<Variable> {
         // Burn's [filters, in / groups, kh, kw] back to Keras' (kh, kw, in / groups, filters)
-        let mut vars = vec![Variable::new("kernel", HostTensor::from_tensor(self.weight.val().permute([2, 3, 1, 0])))];
-        if let Some(b) = &self.bias {
-            vars.push(Variable::new("bias", HostTensor::from_tensor(b.val())));
-        }
-        vars
+        Variable::kernels_and_bias(vec![("kernel", HostTensor::from_tensor(self.weight.val().permute([2, 3, 1, 0])))], &self.bias)
     }
 
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {

@@ -135,11 +135,7 @@ impl KerasLayer for ConvTranspose {
         let [inputs, filters, kh, kw] = self.weight.dims();
         let kernel = HostTensor::from_tensor(self.weight.val().permute([2, 3, 1, 0])); // (kh, kw, F, in)
         let kernel = if self.one_dimensional { kernel.reshaped(vec![kh * kw, filters, inputs]) } else { kernel };
-        let mut vars = vec![Variable::new("kernel", kernel)];
-        if let Some(b) = &self.bias {
-            vars.push(Variable::new("bias", HostTensor::from_tensor(b.val())));
-        }
-        vars
+        Variable::kernels_and_bias(vec![("kernel", kernel)], &self.bias)
     }
 
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {

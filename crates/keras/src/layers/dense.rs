@@ -44,11 +44,7 @@ impl KerasLayer for Dense {
     }
 
     fn variables(&self) -> Vec<Variable> {
-        let mut vars = vec![Variable::new("kernel", HostTensor::from_tensor(self.kernel.val()))];
-        if let Some(b) = &self.bias {
-            vars.push(Variable::new("bias", HostTensor::from_tensor(b.val())));
-        }
-        vars
+        Variable::kernels_and_bias(vec![("kernel", HostTensor::from_tensor(self.kernel.val()))], &self.bias)
     }
 
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {

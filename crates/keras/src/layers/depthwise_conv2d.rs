@@ -80,11 +80,7 @@ impl KerasLayer for DepthwiseConv2D {
         let kernel = self.weight.val().reshape([self.channels, self.depth_multiplier, kh, kw]).permute([2, 3, 0, 1]);
         let kernel = HostTensor::from_tensor(kernel);
         let kernel = if self.window.one_dimensional { kernel.reshaped(kernel.shape[1..].to_vec()) } else { kernel };
-        let mut vars = vec![Variable::new("kernel", kernel)];
-        if let Some(b) = &self.bias {
-            vars.push(Variable::new("bias", HostTensor::from_tensor(b.val())));
-        }
-        vars
+        Variable::kernels_and_bias(vec![("kernel", kernel)], &self.bias)
     }
 
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {

@@ -160,6 +160,19 @@ impl Variable {
     pub fn new(path: &str, tensor: HostTensor) -> Self {
         Self { path: path.to_string(), group: String::new(), tensor }
     }
+
+    /// `kernels` (name and Keras-layout tensor, in order), then the `bias` when the layer has one:
+    /// the variables of every dense and convolution layer.
+    pub fn kernels_and_bias(
+        kernels: Vec<(&str, HostTensor)>,
+        bias: &Option<burn::module::Param<burn::tensor::Tensor<1>>>,
+    ) -> Vec<Self> {
+        let mut vars: Vec<Self> = kernels.into_iter().map(|(name, tensor)| Self::new(name, tensor)).collect();
+        if let Some(b) = bias {
+            vars.push(Self::new("bias", HostTensor::from_tensor(b.val())));
+        }
+        vars
+    }
 }
 
 /// A call's argument with the tensors in place.

@@ -91,14 +91,8 @@ impl KerasLayer for SeparableConv2D {
             (HostTensor::from_tensor(depthwise), HostTensor::from_tensor(self.pointwise.val().permute([2, 3, 1, 0])));
         // A 1-D layer saves (k, C, m) and (1, C m, filters).
         let squeeze = |t: HostTensor| if self.window.one_dimensional { t.reshaped(t.shape[1..].to_vec()) } else { t };
-        let mut vars = vec![
-            Variable::new("depthwise_kernel", squeeze(depthwise)),
-            Variable::new("pointwise_kernel", squeeze(pointwise)),
-        ];
-        if let Some(b) = &self.bias {
-            vars.push(Variable::new("bias", HostTensor::from_tensor(b.val())));
-        }
-        vars
+        let kernels = vec![("depthwise_kernel", squeeze(depthwise)), ("pointwise_kernel", squeeze(pointwise))];
+        Variable::kernels_and_bias(kernels, &self.bias)
     }
 
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
