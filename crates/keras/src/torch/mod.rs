@@ -51,6 +51,8 @@ pub fn torch_export(
 ) -> Result<TorchExport> {
     let graph = &model.graph;
     let mut names = AttrNames::default();
+    // The inputs keep their Keras names as forward's arguments; layers are named after them.
+    let inputs: Vec<String> = graph.inputs.iter().map(|i| names.unique(&i.name)).collect();
     let attrs: Vec<String> = graph.layers.iter().map(|l| names.unique(&l.name)).collect();
     let mut init = String::new();
     let mut state = WeightMap::new();
@@ -58,7 +60,6 @@ pub fn torch_export(
     let mut body = String::new();
     let mut constructs = Vec::new();
     let mut hooked: Vec<(String, Vec<String>)> = Vec::new();
-    let inputs: Vec<String> = graph.inputs.iter().map(|i| names.unique(&i.name)).collect();
     // How many outputs of each node are read: by later nodes, or as the model's outputs.
     let mut outputs_read = vec![1usize; graph.nodes.len()];
     let read =
