@@ -608,29 +608,36 @@ pub fn constant_tensor(value: &serde_json::Value) -> Option<(HostTensor, DType)>
     }
     let config = object.get("config")?;
     let dtype = config.get("dtype").and_then(Json::as_str).and_then(DType::parse).unwrap_or(DType::Float);
-    let values = config.get("value")?;
-    let mut shape = Vec::new();
-    let mut level = values;
-    while let Json::Array(items) = level {
-        shape.push(items.len());
-        level = items.first()?;
-    }
-    fn leaves(v: &Json, out: &mut Vec<f32>) -> bool {
+    let values = json_array(config.get("value")?, true)?;
+    let shape = if values.shape.is_empty() { vec![1] } else { values.shape.clone() };
+    Some((values.reshaped(shape), dtype))
+}
+
+/// A number or a rectangular nested list of numbers (and, with `bools`, booleans as 0 and 1) as
+/// a tensor: shape `[]` for a number. `None` for anything else, a ragged list included.
+pub fn json_array(value: &serde_json::Value, bools: bool) -> Option<HostTensor> {
+    use serde_json::Value as Json;
+    fn walk(v: &Json, depth: usize, bools: bool, shape: &mut Vec<usize>, data: &mut Vec<f32>) -> bool {
         match v {
-            Json::Number(n) => n.as_f64().map(|x| out.push(x as f32)).is_some(),
-            Json::Bool(b) => {
-                out.push(*b as u8 as f32);
+            Json::Number(n) => n.as_f64().map(|x| data.push(x as f32)).is_some(),
+            Json::Bool(b) if bools => {
+                data.push(*b as u8 as f32);
                 true
             }
-            Json::Array(items) => items.iter().all(|i| leaves(i, out)),
+            Json::Array(items) => {
+                if shape.len() == depth {
+                    shape.push(items.len());
+                } else if shape[depth] != items.len() {
+                    return false;
+                }
+                items.iter().all(|item| walk(item, depth + 1, bools, shape, data))
+            }
             _ => false,
         }
     }
-    let mut data = Vec::new();
-    if !leaves(values, &mut data) || data.len() != shape.iter().product::<usize>() {
-        return None;
-    }
-    Some((HostTensor::new(if shape.is_empty() { vec![1] } else { shape }, data), dtype))
+    let (mut shape, mut data) = (Vec::new(), Vec::new());
+    (walk(value, 0, bools, &mut shape, &mut data) && data.len() == shape.iter().product::<usize>())
+        .then(|| HostTensor::new(shape, data))
 }
 
 /// A tensor flowing through a Keras graph: its values, dtype and Keras mask.

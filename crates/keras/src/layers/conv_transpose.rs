@@ -12,6 +12,7 @@ use burn::tensor::Tensor;
 use burn::tensor::module::conv_transpose2d;
 use burn::tensor::ops::ConvTransposeOptions;
 
+use super::convolution::spatial_sizes;
 use super::{Build, Call, KerasLayer, Variable};
 use crate::activation::Activation;
 use crate::torch::{TorchCall, TorchModule, activation_name, py_bool};
@@ -44,22 +45,16 @@ impl KerasLayer for ConvTranspose {
         let args = &mut layer.args;
         let filters = args.take_usize("filters", None)?;
         // Sizes of the spatial axes as two, the height 1 for the 1-D layer.
-        let mut sizes = |name: &str, default: Option<usize>| -> Result<Option<[usize; 2]>> {
-            let values = match args.take_ints(name)? {
-                None => return Ok(default.map(|d| [if one_dimensional { 1 } else { d }, d])),
-                Some(v) => v,
-            };
-            let values: Vec<usize> = match values.as_slice() {
-                [one] if dims == 2 => vec![*one as usize; 2],
-                v if v.len() == dims && v.iter().all(|&x| x >= 0) => v.iter().map(|&x| x as usize).collect(),
-                v => return Err(args.error(format!("{name} = {v:?}: {dims} sizes"))),
-            };
-            Ok(Some(if one_dimensional { [1, values[0]] } else { [values[0], values[1]] }))
+        let mut sizes = |name: &str, default: Option<[usize; 2]>, smallest: i64| -> Result<Option<[usize; 2]>> {
+            let Some(value) = args.take_ints(name)? else { return Ok(default) };
+            let shown = format!("{value:?}");
+            let sizes = spatial_sizes(Some(value), one_dimensional, None, smallest);
+            sizes.map(Some).ok_or_else(|| args.error(format!("{name} = {shown}: {dims} sizes of at least {smallest}")))
         };
-        let kernel = sizes("kernel_size", None)?;
-        let stride = sizes("strides", Some(1))?.unwrap_or([1, 1]);
-        let dilation = sizes("dilation_rate", Some(1))?.unwrap_or([1, 1]);
-        let output_padding = sizes("output_padding", None)?.map(|p| if one_dimensional { [0, p[1]] } else { p });
+        let kernel = sizes("kernel_size", None, 1)?;
+        let stride = sizes("strides", Some([1, 1]), 1)?.unwrap_or([1, 1]);
+        let dilation = sizes("dilation_rate", Some([1, 1]), 1)?.unwrap_or([1, 1]);
+        let output_padding = sizes("output_padding", None, 0)?.map(|p| if one_dimensional { [0, p[1]] } else { p });
         let args = &mut layer.args;
         let kernel = kernel.ok_or_else(|| args.error("kernel_size is missing"))?;
         let same = args.take_choice("padding", "valid", &["valid", "same"])? == "same";

@@ -34,13 +34,7 @@ impl Window2D {
         let args = &mut layer.args;
         // A 1-D layer's one size is the width's; its height is 1.
         let mut sizes = |name: &str, default: Option<[usize; 2]>| -> Result<Option<[usize; 2]>> {
-            let value = args.take_ints(name)?;
-            Ok(match (one_dimensional, value.as_deref()) {
-                (true, None) => default,
-                (true, Some(&[one])) if one > 0 => Some([1, one as usize]),
-                (true, Some(_)) => None,
-                (false, _) => two_sizes(value, default),
-            })
+            Ok(spatial_sizes(args.take_ints(name)?, one_dimensional, default, 1))
         };
         let kernel = sizes(kernel_argument, None)?;
         let stride = sizes("strides", Some([1, 1]))?;
@@ -144,10 +138,24 @@ impl Window2D {
 
 /// A Keras size argument of one or two positive integers as two (`default` when absent).
 pub fn two_sizes(value: Option<Vec<i64>>, default: Option<[usize; 2]>) -> Option<[usize; 2]> {
-    match value.as_deref() {
-        None => default,
-        Some(&[one]) if one > 0 => Some([one as usize; 2]),
-        Some(&[a, b]) if a > 0 && b > 0 => Some([a as usize, b as usize]),
+    spatial_sizes(value, false, default, 1)
+}
+
+/// A size argument of a 2-D layer (one size for both axes, or two) or of a 1-D one (its one size
+/// is the width's; the height is 1), as two; each at least `smallest`. `default` when absent,
+/// `None` when the value is none of these.
+pub fn spatial_sizes(
+    value: Option<Vec<i64>>,
+    one_dimensional: bool,
+    default: Option<[usize; 2]>,
+    smallest: i64,
+) -> Option<[usize; 2]> {
+    let size = |v: i64| (v >= smallest).then_some(v as usize);
+    match (one_dimensional, value.as_deref()) {
+        (_, None) => default,
+        (true, Some(&[one])) => Some([1, size(one)?]),
+        (false, Some(&[one])) => Some([size(one)?; 2]),
+        (false, Some(&[a, b])) => Some([size(a)?, size(b)?]),
         _ => None,
     }
 }

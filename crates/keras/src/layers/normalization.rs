@@ -10,7 +10,7 @@ use serde_json::Value as Json;
 
 use super::{Build, Call, KerasLayer, Variable, flat_tensor, keep_mask};
 use crate::torch::{TorchCall, TorchModule, py_bool};
-use crate::value::{Binary, DynTensor, Unary, Value};
+use crate::value::{Binary, DynTensor, Unary, Value, json_array};
 use model::error::Result;
 use model::weights::HostTensor;
 
@@ -62,23 +62,8 @@ impl KerasLayer for Normalization {
             });
         }
         let array = |value: &Json, name: &str| -> Result<HostTensor> {
-            let (mut shape, mut data) = (Vec::new(), Vec::new());
-            let mut level = value;
-            while let Json::Array(items) = level {
-                shape.push(items.len());
-                level = items.first().unwrap_or(&Json::Null);
-            }
-            fn leaves(v: &Json, out: &mut Vec<f32>) -> bool {
-                match v {
-                    Json::Number(n) => n.as_f64().map(|x| out.push(x as f32)).is_some(),
-                    Json::Array(items) => items.iter().all(|i| leaves(i, out)),
-                    _ => false,
-                }
-            }
-            if !leaves(value, &mut data) || data.len() != shape.iter().product::<usize>() {
-                return Err(layer.args.error(format!("{name} = {value}: not a number or a rectangular array")));
-            }
-            Ok(HostTensor::new(shape, data))
+            json_array(value, false)
+                .ok_or_else(|| layer.args.error(format!("{name} = {value}: not a number or a rectangular array")))
         };
         let (mean, variance) = (array(&mean, "mean")?, array(&variance, "variance")?);
         if mean.shape != variance.shape {

@@ -8,7 +8,7 @@ use serde_json::Value as Json;
 use super::{Build, Call, KerasLayer, keep_mask};
 use crate::config::LayerArgs;
 use crate::torch::TorchCall;
-use crate::value::{Binary, DType, DynTensor, Value};
+use crate::value::{Binary, DType, DynTensor, Value, json_array};
 use model::error::Result;
 use model::weights::HostTensor;
 
@@ -53,28 +53,15 @@ fn constant(args: &mut LayerArgs, argument: &str, default: Option<f32>) -> Resul
         }
         _ => value,
     };
-    let mut shape = Vec::new();
-    let mut data = Vec::new();
-    fn flatten(v: &Json, depth: usize, shape: &mut Vec<usize>, data: &mut Vec<f32>) -> bool {
-        match v {
-            Json::Number(n) => n.as_f64().map(|x| data.push(x as f32)).is_some(),
-            Json::Array(items) => {
-                if shape.len() == depth {
-                    shape.push(items.len());
-                } else if shape[depth] != items.len() {
-                    return false;
-                }
-                items.iter().all(|item| flatten(item, depth + 1, shape, data))
-            }
-            _ => false,
-        }
-    }
     match (&value, default) {
         (Json::Null, Some(d)) => Ok(HostTensor::new(vec![1], vec![d])),
-        _ if flatten(&value, 0, &mut shape, &mut data) && !data.is_empty() => {
-            Ok(HostTensor::new(if shape.is_empty() { vec![1] } else { shape }, data))
-        }
-        _ => Err(args.error(format!("{argument} = {value}: not a number or an array of numbers"))),
+        _ => match json_array(&value, false) {
+            Some(t) if !t.data.is_empty() => {
+                let shape = if t.shape.is_empty() { vec![1] } else { t.shape.clone() };
+                Ok(t.reshaped(shape))
+            }
+            _ => Err(args.error(format!("{argument} = {value}: not a number or an array of numbers"))),
+        },
     }
 }
 
