@@ -55,7 +55,7 @@ impl Isa {
         #[cfg(target_arch = "x86_64")]
         {
             use std::arch::is_x86_feature_detected as has;
-            if has!("avx512f") && has!("avx2") && has!("fma") {
+            if has!("avx512f") && has!("avx512dq") && has!("avx2") && has!("fma") {
                 found.push(Isa(Level::Avx512));
             }
             if has!("avx2") && has!("fma") {
