@@ -148,6 +148,7 @@ impl Mask {
             keep,
             bias,
             keys: aligned(keys, dims.padded_source_len()),
+            key_end: if keys.0 < keys.1 { keys.1.min(dims.source_len) } else { 0 },
         }
     }
 
@@ -218,6 +219,9 @@ pub struct RowBlock<'a> {
     pub bias: Option<&'a [Lanes]>,
     /// The keys to visit, `[lo, hi)` in whole lane blocks.
     pub keys: (usize, usize),
+    /// The end of the keys some row may attend (at most `S`): a walk that needs no whole blocks
+    /// stops there.
+    pub key_end: usize,
 }
 
 impl RowBlock<'_> {
@@ -234,10 +238,13 @@ impl RowBlock<'_> {
         bits
     }
 
-    /// Whether every row may attend every key below `hi`, so that no lane needs masking.
+    /// Whether every row may attend every key of `[start, hi)`, so that no lane needs masking.
+    /// An explicit mask's bits are read: a padding mask's allowed keys need no masking either.
     #[inline(always)]
-    pub fn all_allowed(&self, hi: usize) -> bool {
-        hi <= self.source_len && self.bits.is_none() && (!self.causal || hi <= self.first_row + 1)
+    pub fn all_allowed(&self, start: usize, hi: usize) -> bool {
+        hi <= self.source_len
+            && (!self.causal || hi <= self.first_row + 1)
+            && self.bits.is_none_or(|bits| bits[start..hi].iter().fold(true, |all, &b| all & (b == FULL)))
     }
 
     /// With dropout: fills `keep[j]` with the block's rows that keep key `start + j` (bit `i` =
@@ -298,10 +305,11 @@ impl KeyBlock<'_> {
     /// Whether row `t .. t + n` may attend every key of the block.
     #[inline(always)]
     pub fn all_allowed(&self, t: usize, n: usize) -> bool {
+        let rows = if self.per_row { t..t + n } else { 0..1 };
         t + n <= self.query_len
             && self.key_bound == FULL
-            && self.bits.is_none()
             && (!self.causal || t >= self.first_key + LANES - 1)
+            && self.bits.is_none_or(|bits| bits[rows].iter().fold(true, |all, &b| all & (b == FULL)))
     }
 
     /// With dropout: fills `keep[r]` with the block's keys that row `start + r` keeps (bit `i` =
