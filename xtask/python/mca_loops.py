@@ -5,7 +5,7 @@ Compiles the `kernels` crate as the workspace compiles it (the dev profile build
 opt-level 3) with `--emit asm` and readable (v0) symbols, finds the innermost loops of each tile
 function (`forward_tile::<T>`, `key_value_tile::<T>`, `query_tile::<T>`, for AVX-512 and AVX2,
 one tile or two walked together), keeps the loops of the tile products (the dot products and
-the weighted sums; the softmax's loop branches on masks and dropout, and is left out) and runs
+the weighted sums) and of the softmax's exponentials (its loop without mask or dropout) and runs
 `llvm-mca` on each for every `--mcpu`, printing one Markdown table: cycles per iteration,
 multiply-adds per cycle, and the busiest execution port with its cycles per iteration.
 
@@ -61,8 +61,7 @@ def functions(path):
 
 def loops(body):
     """The innermost loops of one function: blocks that branch back to their own label with no
-    other label inside (the tile products; the softmax's loop has branches inside, for masks and
-    dropout, and is not one of them)."""
+    other label inside."""
     found = []
     for i, line in enumerate(body):
         label = re.match(r"^(\.LBB\S+):", line)
@@ -81,6 +80,10 @@ def loops(body):
 def kind(loop):
     """What a loop computes, from its instructions; None for loops that do no float work."""
     fmas = [i for i in loop if i.startswith("vfmadd")]
+    # The softmax's exponentials: AVX-512 scales by 2^floor(t) with vscalefps, the generic exp
+    # builds 2^n in the exponent bits (a shift by 23).
+    if len(fmas) >= 6 and any(i.startswith("vscalefps") or re.match(r"vpslld\s+\$23", i) for i in loop):
+        return "exponentials"
     broadcasts = [i for i in loop if "{1to16}" in i or i.startswith("vbroadcastss")]
     if len(fmas) < 4 or not broadcasts:
         return None
@@ -125,7 +128,7 @@ def main():
             fmas = sum(i.startswith("vfmadd") for i in loop)
             if what is not None and fmas > widest.get(what, (0, None))[0]:
                 widest[what] = (fmas, loop)
-        for what in ["dot products", "weighted sum"]:
+        for what in ["dot products", "exponentials", "weighted sum"]:
             if what in widest:
                 fmas, loop = widest[what]
                 rows.append((isa, function, tiles, what, fmas, len(loop), [mca(loop, m) for m in mcpus]))

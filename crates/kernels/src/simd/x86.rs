@@ -99,11 +99,11 @@ impl Vector for Avx512 {
     /// `exp(x) = 2^t` with `t = x log2(e)`: `vreduceps` gives `f = t - floor(t)` in `[0, 1)` and
     /// `vscalefps` multiplies `2^f` by `2^floor(t)`, taking underflow and `-inf` to 0 itself: no
     /// clamp and no reduction in two constants, 9 instructions where the portable `exp` takes 15
-    /// ([`super::exp::POW2_POLYNOMIAL`] gives the error this costs).
+    /// (`super::exp` gives the error this costs).
     #[inline(always)]
     fn exp_nonpositive(self) -> Self {
-        use super::exp::{LOG2_E, POW2_POLYNOMIAL};
-        let [c6, c5, c4, c3, c2, c1] = POW2_POLYNOMIAL;
+        use super::exp::{LOG2_E, POW2_ON_UNIT};
+        let [c6, c5, c4, c3, c2, c1] = POW2_ON_UNIT;
         unsafe {
             let t = _mm512_mul_ps(self.0, _mm512_set1_ps(LOG2_E));
             // imm8 0b1001: keep no fraction bits, round down, suppress the precision exception.
