@@ -16,7 +16,7 @@ Writes, next to this script (README.md says more, and describes the files' forma
   of their layers' order, a shared Dense called twice, cross-attention returning its scores;
 * `nested.keras`: a functional sub-model holding a Sequential, inside an outer model, plus a shared layer;
 * `zoo_conv`, `zoo_pool`, `zoo_norm`, `zoo_activations`, `zoo_merge`, `zoo_reshape`, `zoo_masks`,
-  `zoo_ops`, `zoo_mha`, `zoo_1d`, `zoo_vision`, `zoo_preprocessing`, `zoo_attention_layers`, `zoo_indexing`, `zoo_transpose` `.keras`: layer zoo models, each layer at non-default arguments;
+  `zoo_ops`, `zoo_mha`, `zoo_1d`, `zoo_vision`, `zoo_preprocessing`, `zoo_attention_layers`, `zoo_indexing`, `zoo_transpose`, `zoo_recurrent` `.keras`: layer zoo models, each layer at non-default arguments;
 * `<name>.probe.safetensors` for each model above (and for `small` and `timeseries_train`):
   `inputs.<input layer>`, `expected.<output layer>` (Keras' inference output) and every graph node's
   output `nodes.<layer>[@<node>][.<i>]` (sub-models' nodes as `nodes.<sub-model>/<layer>`), with
@@ -884,6 +884,39 @@ def zoo_transpose():
                 "channels_first) and Conv1DTranspose (same, valid, output_padding)")
 
 
+def zoo_recurrent():
+    rng = fresh(21)
+    frames = keras.Input((7, 3), name="frames")
+    tokens = keras.Input((6,), dtype="int32", name="tokens")
+    masked = layers.Masking(mask_value=0.0, name="masking")(frames)        # interior and trailing masked steps
+    embedded = layers.Embedding(20, 3, mask_zero=True, name="embed")(tokens)
+    sequences = layers.LSTM(5, return_sequences=True, name="lstm_seq")(masked)
+    pooled = layers.GlobalAveragePooling1D(name="pool")(sequences)          # the mask goes on with sequences
+    gru_out, gru_state = layers.GRU(4, return_sequences=True, return_state=True, name="gru_states")(masked)
+    gru_v1 = layers.GRU(3, reset_after=False, go_backwards=True, activation="relu",
+                        recurrent_activation="hard_sigmoid", name="gru_v1")(embedded)
+    rnn_relu = layers.SimpleRNN(2, activation="relu", use_bias=False, return_sequences=True, name="rnn_relu")(frames)
+    backward = layers.LSTM(3, go_backwards=True, return_sequences=True, zero_output_for_mask=True,
+                           unit_forget_bias=False, name="lstm_backward_zero")(masked)
+    plain, plain_h, plain_c = layers.LSTM(4, return_state=True, name="lstm_plain")(frames)
+    initial = layers.SimpleRNN(4, name="rnn_initial")(masked, initial_state=[gru_state])
+    gru_plain = layers.GRU(2, name="gru_plain")(frames)
+    model = keras.Model([frames, tokens], [pooled, gru_out, gru_state, gru_v1, rnn_relu, backward, plain, plain_h,
+                                           plain_c, initial, gru_plain], name="zoo_recurrent")
+    randomise(model, rng)
+    frames_value = rng.normal(size=(3, 7, 3)).astype(np.float32)
+    frames_value[0, 5:] = 0.0   # trailing padding
+    frames_value[1, 2] = 0.0    # an interior masked step
+    frames_value[1, 4] = 0.0
+    frames_value[2, 0] = 0.0    # the first step masked
+    tokens_value = padded_tokens(rng, 3, 6, [2, 0, 4], vocab=20)
+    tokens_value[1, 3] = 0       # an interior padded token
+    write_model("zoo_recurrent", model, {"frames": frames_value, "tokens": tokens_value},
+                "LSTM, GRU (reset_after true and false) and SimpleRNN: return_sequences, return_state, "
+                "go_backwards, zero_output_for_mask, initial_state, relu/hard_sigmoid activations, no bias; "
+                "masks from Masking (interior, trailing and first steps) and Embedding(mask_zero)")
+
+
 def small_model():
     """The valid model that the malformed archives are edited from."""
     x = keras.Input((4,), name="features")
@@ -1135,6 +1168,7 @@ MODELS = [
     zoo_attention_layers,
     zoo_indexing,
     zoo_transpose,
+    zoo_recurrent,
     refusals,
     timeseries_train,
 ]

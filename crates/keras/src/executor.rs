@@ -180,14 +180,20 @@ impl KerasModel {
                 let args = node.args.iter().map(resolve).collect::<Result<Vec<_>>>()?;
                 let kwargs =
                     node.kwargs.iter().map(|(k, a)| Ok((k.clone(), resolve(a)?))).collect::<Result<Vec<_>>>()?;
-                let previous_mask = match kwargs.iter().find(|(k, _)| k == "mask") {
+                let explicit_mask = match kwargs.iter().find(|(k, _)| k == "mask") {
                     Some((_, Input::Tensor(mask))) => Some(mask.tensor.clone()),
-                    _ => match args.first() {
-                        Some(Input::Tensor(first)) => first.mask.clone(),
-                        _ => None,
-                    },
+                    _ => None,
                 };
-                let call = Call { what: &what, args, kwargs, training, previous_mask };
+                let first_mask = match args.first() {
+                    Some(Input::Tensor(first)) => first.mask.clone(),
+                    _ => None,
+                };
+                // Keras fills `mask=` only for a call of one tensor argument (a list is one).
+                let tensor_arguments = args.iter().chain(kwargs.iter().filter(|(k, _)| k != "mask").map(|(_, a)| a));
+                let single = tensor_arguments.filter(|a| !a.tensors().is_empty()).count() == 1;
+                let mask = explicit_mask.clone().or_else(|| if single { first_mask.clone() } else { None });
+                let previous_mask = explicit_mask.or(first_mask);
+                let call = Call { what: &what, args, kwargs, training, mask, previous_mask };
                 let outputs = self.layers[node.layer].call(&call)?;
                 values[index] = Some(outputs);
                 if self.layers[node.layer].clears_input_masks() {

@@ -14,6 +14,7 @@
 mod registry;
 pub mod convolution;
 pub mod moments;
+pub mod recurrent;
 pub mod resize;
 
 // The layer classes: `file::Type => "KerasClass", ...;`, one line per type.
@@ -33,6 +34,9 @@ registry! {
     gaussian_dropout::GaussianDropout => "GaussianDropout";
     embedding::Embedding => "Embedding";
     masking::Masking => "Masking";
+    lstm::Lstm => "LSTM";
+    gru::Gru => "GRU";
+    simple_rnn::SimpleRnn => "SimpleRNN";
     conv1d::Conv1D => "Conv1D";
     conv2d::Conv2D => "Conv2D";
     depthwise_conv2d::DepthwiseConv2D => "DepthwiseConv2D", "DepthwiseConv1D";
@@ -136,6 +140,15 @@ impl Build<'_> {
         Ok(VarReader::new(&self.args.what, self.saved.vars(self.spec)?))
     }
 
+    /// The saved variables of a group below the layer's own (a recurrent layer's `cell`).
+    pub fn vars_in(&self, group: &str) -> Result<VarReader> {
+        let vars = match &self.spec.h5_path {
+            Some(path) => self.saved.vars_at(&format!("{path}/{group}/vars"), &self.spec.name)?,
+            None => Vec::new(),
+        };
+        Ok(VarReader::new(&self.args.what, vars))
+    }
+
     /// The `activation` argument.
     pub fn activation(&mut self) -> Result<Activation> {
         let value = self.args.take("activation");
@@ -211,7 +224,11 @@ pub struct Call<'a> {
     pub args: Vec<Input>,
     pub kwargs: Vec<(String, Input)>,
     pub training: bool,
-    /// The first argument's mask, or an explicit `mask=` (Keras' `previous_mask`).
+    /// The mask `call` receives as `mask=`: an explicit one, else the mask of the call's only
+    /// tensor argument; none when the call has several (Keras' `Layer.__call__`, step 6).
+    pub mask: Option<DynTensor>,
+    /// The first argument's mask, or an explicit `mask=` (Keras' `previous_mask`, what
+    /// `compute_mask` reads).
     pub previous_mask: Option<DynTensor>,
 }
 

@@ -1,0 +1,87 @@
+//! `keras.layers.SimpleRNN`: `h' = act(x K + b + h R)` over the steps of `[B, T, in]`
+//! (`recurrent.rs`), the output the new state. The variables, under the layer's `cell` group:
+//! `kernel [in, u]`, `recurrent_kernel [u, u]`, `bias [u]`. torch: `nn.RNN` (tanh or relu), with
+//! the kernels transposed and a second bias (zero).
+
+use burn::module::{Module, Param};
+use burn::tensor::Tensor;
+
+use super::recurrent::{self, Cell, Recurrence, activate};
+use super::{Build, Call, KerasLayer, Variable};
+use crate::activation::Activation;
+use crate::torch::{TorchCall, TorchModule};
+use crate::value::Value;
+use model::error::Result;
+use model::weights::HostTensor;
+
+#[derive(Module, Debug)]
+pub struct SimpleRnn {
+    /// `[in, u]`
+    pub kernel: Param<Tensor<2>>,
+    /// `[u, u]`
+    pub recurrent_kernel: Param<Tensor<2>>,
+    /// `[u]`
+    pub bias: Option<Param<Tensor<1>>>,
+    #[module(skip)]
+    pub activation: Activation,
+    #[module(skip)]
+    pub recurrence: Recurrence,
+}
+
+impl KerasLayer for SimpleRnn {
+    fn build(layer: &mut Build) -> Result<Self> {
+        let units = layer.args.take_usize("units", None)?;
+        let activation = layer.activation()?;
+        let use_bias = layer.args.take_bool("use_bias", true)?;
+        let recurrence = Recurrence::take(layer)?;
+        let mut vars = layer.vars_in("cell")?;
+        let kernel = vars.next("kernel", &[None, Some(units)])?.to_tensor("kernel", layer.device)?;
+        let recurrent_kernel =
+            vars.next("recurrent_kernel", &[Some(units), Some(units)])?.to_tensor("recurrent_kernel", layer.device)?;
+        let bias = match use_bias {
+            true => Some(Param::from_tensor(vars.next("bias", &[Some(units)])?.to_tensor("bias", layer.device)?)),
+            false => None,
+        };
+        vars.finish()?;
+        Ok(Self {
+            kernel: Param::from_tensor(kernel),
+            recurrent_kernel: Param::from_tensor(recurrent_kernel),
+            bias,
+            activation,
+            recurrence,
+        })
+    }
+
+    fn call(&self, call: &Call) -> Result<Vec<Value>> {
+        recurrent::call(self, &self.recurrence, call)
+    }
+
+    fn variables(&self) -> Vec<Variable> {
+        let bias = self.bias.as_ref().map(|b| HostTensor::from_tensor(b.val()));
+        let (kernel, recurrent_kernel) = (HostTensor::from_tensor(self.kernel.val()), HostTensor::from_tensor(self.recurrent_kernel.val()));
+        recurrent::cell_variables("simple_rnn_cell", kernel, recurrent_kernel, bias)
+    }
+
+    fn torch_module(&self, _module: &mut TorchModule) -> Result<()> {
+        Ok(())
+    }
+
+    fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
+        Err(call.refuse("recurrent layers are not written for torch yet"))
+    }
+}
+
+impl Cell for SimpleRnn {
+    fn units(&self) -> usize {
+        self.recurrent_kernel.dims()[0]
+    }
+
+    fn project(&self, x: Tensor<3>) -> Tensor<3> {
+        recurrent::project(x, self.kernel.val(), self.bias.as_ref().map(|b| b.val())) // [B, T, u]
+    }
+
+    fn step(&self, projected: Tensor<2>, states: &[Tensor<2>]) -> Vec<Tensor<2>> {
+        let h = states[0].clone(); // [B, u]
+        vec![activate(self.activation, projected + h.matmul(self.recurrent_kernel.val()))] // [B, u]
+    }
+}
