@@ -50,6 +50,9 @@ impl KerasLayer for Dense {
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
         let [input, units] = self.kernel.dims();
         module.construct(format!("torch.nn.Linear({input}, {units}, bias={})", py_bool(self.bias.is_some())));
+        if self.activation != Activation::Linear {
+            module.untraced(); // the activation follows the module: its output is not the layer's
+        }
         module.tensor("weight", HostTensor::from_tensor(self.kernel.val()).transposed());
         if let Some(b) = &self.bias {
             module.tensor("bias", HostTensor::from_tensor(b.val()));

@@ -17,7 +17,7 @@
 use burn::module::{Module, Param};
 use burn::tensor::Tensor;
 
-use super::recurrent::{self, Cell, Recurrence, activate, gate};
+use super::recurrent::{self, Cell, Recurrence, TorchRecurrent, activate, gate};
 use super::{Build, Call, KerasLayer, Variable};
 use crate::activation::Activation;
 use crate::torch::{TorchCall, TorchModule};
@@ -89,12 +89,12 @@ impl KerasLayer for Gru {
         recurrent::cell_variables("gru_cell", kernel, recurrent_kernel, bias)
     }
 
-    fn torch_module(&self, _module: &mut TorchModule) -> Result<()> {
-        Ok(())
+    fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
+        self.torch().module(module)
     }
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
-        Err(call.refuse("recurrent layers are not written for torch yet"))
+        self.torch().call(call)
     }
 }
 
@@ -104,6 +104,22 @@ impl Gru {
         let bias = self.bias.as_ref()?.val();
         let [rows, width] = bias.dims();
         (row < rows).then(|| bias.slice([row..row + 1, 0..width]).reshape([width]))
+    }
+}
+
+impl Gru {
+    /// How the layer is written in torch.
+    fn torch(&self) -> TorchRecurrent<'_> {
+        TorchRecurrent {
+            cell: "gru",
+            activation: self.activation,
+            recurrent_activation: Some(self.recurrent_activation),
+            reset_after: self.reset_after,
+            recurrence: &self.recurrence,
+            kernel: HostTensor::from_tensor(self.kernel.val()),
+            recurrent_kernel: HostTensor::from_tensor(self.recurrent_kernel.val()),
+            bias: self.variables().into_iter().find(|v| v.path.ends_with("/bias")).map(|v| v.tensor),
+        }
     }
 }
 

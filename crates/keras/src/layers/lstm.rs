@@ -14,7 +14,7 @@
 use burn::module::{Module, Param};
 use burn::tensor::Tensor;
 
-use super::recurrent::{self, Cell, Recurrence, activate, gate};
+use super::recurrent::{self, Cell, Recurrence, TorchRecurrent, activate, gate};
 use super::{Build, Call, KerasLayer, Variable};
 use crate::activation::Activation;
 use crate::torch::{TorchCall, TorchModule};
@@ -76,12 +76,28 @@ impl KerasLayer for Lstm {
         recurrent::cell_variables("lstm_cell", kernel, recurrent_kernel, bias)
     }
 
-    fn torch_module(&self, _module: &mut TorchModule) -> Result<()> {
-        Ok(())
+    fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
+        self.torch().module(module)
     }
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
-        Err(call.refuse("recurrent layers are not written for torch yet"))
+        self.torch().call(call)
+    }
+}
+
+impl Lstm {
+    /// How the layer is written in torch.
+    fn torch(&self) -> TorchRecurrent<'_> {
+        TorchRecurrent {
+            cell: "lstm",
+            activation: self.activation,
+            recurrent_activation: Some(self.recurrent_activation),
+            reset_after: true,
+            recurrence: &self.recurrence,
+            kernel: HostTensor::from_tensor(self.kernel.val()),
+            recurrent_kernel: HostTensor::from_tensor(self.recurrent_kernel.val()),
+            bias: self.bias.as_ref().map(|b| HostTensor::from_tensor(b.val())),
+        }
     }
 }
 

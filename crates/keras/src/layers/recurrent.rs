@@ -17,6 +17,7 @@ use burn::tensor::{Bool, Tensor};
 
 use super::{Build, Call, Variable};
 use crate::activation::Activation;
+use crate::torch::{TorchCall, TorchModule, activation_name, py_bool, var};
 use crate::value::{DynTensor, Value};
 use model::error::Result;
 use model::weights::HostTensor;
@@ -197,4 +198,162 @@ pub fn activate(activation: Activation, x: Tensor<2>) -> Tensor<2> {
 pub fn gate(z: &Tensor<2>, gate: usize, units: usize) -> Tensor<2> {
     let [batch, _] = z.dims();
     z.clone().slice([0..batch, gate * units..(gate + 1) * units])
+}
+
+/// How a recurrent layer is written into the torch module: torch's own `nn.LSTM` / `nn.GRU` /
+/// `nn.RNN` where it computes the same function (no call with a mask, the activations it has,
+/// the GRU's `reset_after` form), else the prelude's `Recurrent`, Keras' loop written out.
+pub struct TorchRecurrent<'a> {
+    /// `lstm`, `gru` or `simple_rnn`: the prelude's name of the cell.
+    pub cell: &'static str,
+    pub activation: Activation,
+    /// `None` for a cell without gates (`SimpleRNN`).
+    pub recurrent_activation: Option<Activation>,
+    pub reset_after: bool,
+    pub recurrence: &'a Recurrence,
+    /// Keras' layout: `[in, G·u]`, `[u, G·u]`, `[G·u]` (GRU with `reset_after`: `[2, 3u]`).
+    pub kernel: HostTensor,
+    pub recurrent_kernel: HostTensor,
+    pub bias: Option<HostTensor>,
+}
+
+impl TorchRecurrent<'_> {
+    fn units(&self) -> usize {
+        self.recurrent_kernel.shape[0]
+    }
+
+    /// torch's module of the same function, where there is one.
+    fn native(&self, masked_calls: bool) -> Option<&'static str> {
+        let gated = self.activation == Activation::Tanh && self.recurrent_activation == Some(Activation::Sigmoid);
+        match self.cell {
+            _ if masked_calls => None,
+            "lstm" if gated => Some("LSTM"),
+            "gru" if gated && self.reset_after => Some("GRU"),
+            "simple_rnn" if matches!(self.activation, Activation::Tanh | Activation::Relu) => Some("RNN"),
+            _ => None,
+        }
+    }
+
+    /// torch's gate blocks from Keras' (`GRU`: Keras `z, r, h`, torch `r, z, n`), of a tensor
+    /// `[rows, G·u]`, transposed to `[G·u, rows]` as torch stores its weights.
+    fn torch_blocks(&self, keras: &HostTensor) -> HostTensor {
+        let (rows, width, units) = (keras.shape[0], keras.shape[1], self.units());
+        let order: &[usize] = if self.cell == "gru" { &[1, 0, 2] } else { &[0, 1, 2, 3][..width / units] };
+        let mut data = Vec::with_capacity(rows * width);
+        for row in keras.data.chunks_exact(width) {
+            for &block in order {
+                data.extend_from_slice(&row[block * units..(block + 1) * units]);
+            }
+        }
+        HostTensor::new(vec![rows, width], data).transposed()
+    }
+
+    /// The layer's attribute and its state dict.
+    pub fn module(&self, module: &mut TorchModule) -> Result<()> {
+        let (input, units) = (self.kernel.shape[0], self.units());
+        let bias = py_bool(self.bias.is_some());
+        let Some(class) = self.native(module.masked_calls) else {
+            let r = self.recurrence;
+            let mut arguments = vec![format!("{:?}", self.cell), input.to_string(), units.to_string()];
+            // Only what differs from the defaults, as a user would write it.
+            if self.activation != Activation::Tanh {
+                arguments.push(format!("activation={:?}", activation_name(self.activation)));
+            }
+            if let Some(recurrent) = self.recurrent_activation.filter(|&a| a != Activation::Sigmoid) {
+                arguments.push(format!("recurrent_activation={:?}", activation_name(recurrent)));
+            }
+            for (name, value, default) in [
+                ("use_bias", self.bias.is_some(), true),
+                ("reset_after", self.reset_after, true),
+                ("return_sequences", r.return_sequences, false),
+                ("return_state", r.return_state, false),
+                ("go_backwards", r.go_backwards, false),
+                ("zero_output_for_mask", r.zero_output_for_mask, false),
+            ] {
+                if value != default && (name != "reset_after" || self.cell == "gru") {
+                    arguments.push(format!("{name}={}", py_bool(value)));
+                }
+            }
+            module.construct(format!("Recurrent({})", arguments.join(", ")));
+            module.tensor("kernel", self.kernel.clone());
+            module.tensor("recurrent_kernel", self.recurrent_kernel.clone());
+            if let Some(b) = &self.bias {
+                module.tensor("bias", b.clone());
+            }
+            return Ok(());
+        };
+        let nonlinearity = match (class, self.activation) {
+            ("RNN", Activation::Relu) => ", nonlinearity=\"relu\"",
+            _ => "",
+        };
+        module.construct(format!("torch.nn.{class}({input}, {units}, batch_first=True, bias={bias}{nonlinearity})"));
+        if !self.recurrence.return_sequences {
+            module.untraced(); // its first output is every step's, the layer's the last
+        }
+        module.tensor("weight_ih_l0", self.torch_blocks(&self.kernel));
+        module.tensor("weight_hh_l0", self.torch_blocks(&self.recurrent_kernel));
+        if let Some(b) = &self.bias {
+            let width = b.shape[b.shape.len() - 1];
+            // Keras' one bias is torch's input bias, its recurrent one zero (GRU: Keras' second row).
+            let rows = if b.shape.len() == 2 { b.clone() } else { HostTensor::new(vec![2, width], [b.data.clone(), vec![0.0; width]].concat()) };
+            let blocks = self.torch_blocks(&rows).transposed(); // [2, G·u] in torch's order
+            module.tensor("bias_ih_l0", HostTensor::new(vec![width], blocks.data[..width].to_vec()));
+            module.tensor("bias_hh_l0", HostTensor::new(vec![width], blocks.data[width..].to_vec()));
+        }
+        Ok(())
+    }
+
+    /// The statements of one call.
+    pub fn call(&self, call: &mut TorchCall) -> Result<String> {
+        let x = call.input()?;
+        let i = call.index;
+        let r = self.recurrence;
+        let states = if self.cell == "lstm" { 2 } else { 1 };
+        let initial = match call.kwarg("initial_state").or_else(|| call.node.args.get(1)) {
+            Some(arg) => {
+                let ports = arg.ports();
+                if ports.len() != states {
+                    return Err(call.refuse(format!("initial_state has {} tensors, the cell {states}", ports.len())));
+                }
+                Some(ports.into_iter().map(var).collect::<Vec<_>>())
+            }
+            None => None,
+        };
+        let state_names: Vec<String> = (1..=states).map(|k| format!("x{i}_{k}")).collect();
+        let mask = call.previous_mask();
+        if let Some(class) = self.native(call.masked_calls) {
+            let input = if r.go_backwards { format!("{x}.flip(1)") } else { x };
+            let initial = match initial {
+                Some(h) if states == 2 => format!(", ({}.unsqueeze(0), {}.unsqueeze(0))", h[0], h[1]),
+                Some(h) => format!(", {}.unsqueeze(0)", h[0]),
+                None => String::new(),
+            };
+            call.line(format!("y{i}, s{i} = self.{}({input}{initial})", call.attr));
+            let output = if r.return_sequences { format!("y{i}") } else { format!("y{i}[:, -1]") };
+            call.assign(&output, &mask);
+            if r.return_state {
+                let finals = if states == 2 { format!("s{i}[0][0], s{i}[1][0]") } else { format!("s{i}[0]") };
+                call.line(format!("{} = {finals}", state_names.join(", ")));
+            }
+            return Ok(format!("nn.{class}"));
+        }
+        let mut arguments = vec![x];
+        let call_mask = call.call_mask();
+        if call_mask != "None" || initial.is_some() {
+            arguments.push(call_mask);
+        }
+        if let Some(h) = initial {
+            arguments.push(format!("[{}]", h.join(", ")));
+        }
+        let invocation = format!("self.{}({})", call.attr, arguments.join(", "));
+        if r.return_state {
+            call.line(format!("x{i}, {} = {invocation}", state_names.join(", ")));
+            if call.masked() {
+                call.line(format!("m{i} = {mask}"));
+            }
+        } else {
+            call.assign(&invocation, &mask);
+        }
+        Ok(format!("Recurrent({:?})", self.cell))
+    }
 }

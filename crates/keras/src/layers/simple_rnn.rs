@@ -6,7 +6,7 @@
 use burn::module::{Module, Param};
 use burn::tensor::Tensor;
 
-use super::recurrent::{self, Cell, Recurrence, activate};
+use super::recurrent::{self, Cell, Recurrence, TorchRecurrent, activate};
 use super::{Build, Call, KerasLayer, Variable};
 use crate::activation::Activation;
 use crate::torch::{TorchCall, TorchModule};
@@ -62,12 +62,28 @@ impl KerasLayer for SimpleRnn {
         recurrent::cell_variables("simple_rnn_cell", kernel, recurrent_kernel, bias)
     }
 
-    fn torch_module(&self, _module: &mut TorchModule) -> Result<()> {
-        Ok(())
+    fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
+        self.torch().module(module)
     }
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
-        Err(call.refuse("recurrent layers are not written for torch yet"))
+        self.torch().call(call)
+    }
+}
+
+impl SimpleRnn {
+    /// How the layer is written in torch.
+    fn torch(&self) -> TorchRecurrent<'_> {
+        TorchRecurrent {
+            cell: "simple_rnn",
+            activation: self.activation,
+            recurrent_activation: None,
+            reset_after: true,
+            recurrence: &self.recurrence,
+            kernel: HostTensor::from_tensor(self.kernel.val()),
+            recurrent_kernel: HostTensor::from_tensor(self.recurrent_kernel.val()),
+            bias: self.bias.as_ref().map(|b| HostTensor::from_tensor(b.val())),
+        }
     }
 }
 

@@ -19,11 +19,21 @@ use model::weights::{HostTensor, WeightMap};
 pub struct TorchModule<'a> {
     /// The attribute's name, `self.<attr>`.
     pub attr: &'a str,
+    /// Whether some call of the layer receives a Keras mask as `mask=` ([`call_mask`]).
+    pub masked_calls: bool,
     pub(super) init: &'a mut String,
     pub(super) state: &'a mut WeightMap,
+    /// Whether `check` records the attribute's first output as the node's (see [`Self::untraced`]).
+    pub(super) traced: bool,
 }
 
 impl TorchModule<'_> {
+    /// The attribute's first output is not the Keras node's output (an `nn.LSTM` returns every
+    /// step where the layer returns the last), so `check` does not compare it.
+    pub fn untraced(&mut self) {
+        self.traced = false;
+    }
+
     /// `self.<attr> = <constructor>` in `__init__`.
     pub fn construct(&mut self, constructor: impl std::fmt::Display) {
         let _ = writeln!(self.init, "        self.{} = {constructor}", self.attr);
@@ -49,6 +59,9 @@ pub struct TorchCall<'a> {
     pub model_input: Option<&'a str>,
     /// How many of the node's outputs the graph reads (at least 1).
     pub outputs: usize,
+    /// Whether some call of the layer (this one or another) receives a Keras mask as `mask=`,
+    /// as [`TorchModule::masked_calls`].
+    pub masked_calls: bool,
     /// Whether each node's first output carries a Keras mask (from the probe run): only those
     /// get an `m<i>` variable.
     pub(super) masked: &'a [bool],
@@ -133,6 +146,15 @@ impl TorchCall<'_> {
         }
     }
 
+    /// The mask `call` receives as `mask=` ([`call_mask`]): `None` where it receives none.
+    pub fn call_mask(&self) -> String {
+        match call_mask(self.node, self.masked) {
+            Some(port) if self.node.kwargs.iter().any(|(k, a)| k == "mask" && matches!(a, Arg::Tensor(_))) => var(port),
+            Some(port) => self.mask_of(port),
+            None => "None".into(),
+        }
+    }
+
     /// The tensor at `position`, or keyword `name`.
     pub fn port(&self, position: usize, name: &str) -> Option<Port> {
         match self.node.args.get(position).or_else(|| self.kwarg(name)) {
@@ -149,6 +171,23 @@ impl TorchCall<'_> {
     /// A recorded `name=True`.
     pub fn flag(&self, name: &str) -> bool {
         matches!(self.kwarg(name), Some(Arg::Const(Json::Bool(true))))
+    }
+}
+
+/// Where the mask that a node's `call` receives as `mask=` comes from: an explicit `mask=`
+/// tensor, else the only tensor argument's mask (a list is one argument; Keras fills `mask=`
+/// for no call of several), when that node's output carries one (`masked`, from the probe).
+pub fn call_mask(node: &Node, masked: &[bool]) -> Option<Port> {
+    if let Some((_, Arg::Tensor(port))) = node.kwargs.iter().find(|(k, _)| k == "mask") {
+        return Some(*port);
+    }
+    let arguments = node.args.iter().chain(node.kwargs.iter().filter(|(k, _)| k != "mask").map(|(_, a)| a));
+    if arguments.filter(|a| !a.ports().is_empty()).count() != 1 {
+        return None;
+    }
+    match node.args.first() {
+        Some(Arg::Tensor(port)) if port.index == 0 && masked.get(port.node).copied().unwrap_or(false) => Some(*port),
+        _ => None,
     }
 }
 

@@ -14,7 +14,7 @@
 mod emit;
 
 pub use emit::{
-    TorchCall, TorchModule, activate, activation_name, fold, literal, py_bool, py_float, render, tuple, var,
+    TorchCall, TorchModule, activate, activation_name, call_mask, fold, literal, py_bool, py_float, render, tuple, var,
 };
 
 use std::collections::{BTreeMap, HashSet};
@@ -71,10 +71,12 @@ pub fn torch_export(
         let spec = graph.layer_of(node);
         let layer = &model.layers[node.layer];
         let attr = &attrs[node.layer];
+        let masked_calls = graph.nodes.iter().any(|n| n.layer == node.layer && call_mask(n, masked).is_some());
         if built.insert(node.layer) {
             let before = init.len();
-            layer.torch_module(&mut TorchModule { attr, init: &mut init, state: &mut state })?;
-            if init.len() > before {
+            let mut module = TorchModule { attr, masked_calls, init: &mut init, state: &mut state, traced: true };
+            layer.torch_module(&mut module)?;
+            if module.traced && init.len() > before {
                 hooked.push((attr.clone(), Vec::new()));
             }
         }
@@ -90,6 +92,7 @@ pub fn torch_export(
             ranks,
             model_input,
             outputs: outputs_read[index],
+            masked_calls,
             masked,
             what: format!("layer {} ({})", node.label, spec.class_name),
             lines: Vec::new(),
