@@ -83,7 +83,13 @@ pub struct Run {
 
 /// Runs `cell` over the steps of `x` (`[B, T, in]`) from `initial` states, with `keep`
 /// (`[B, T]`, true = the step counts) where there is a mask.
-pub fn run(cell: &impl Cell, recurrence: &Recurrence, x: Tensor<3>, keep: Option<Tensor<2, Bool>>, initial: Vec<Tensor<2>>) -> Run {
+pub fn run(
+    cell: &impl Cell,
+    recurrence: &Recurrence,
+    x: Tensor<3>,
+    keep: Option<Tensor<2, Bool>>,
+    initial: Vec<Tensor<2>>,
+) -> Run {
     let [batch, steps, _] = x.dims();
     let units = cell.units();
     let device = x.device();
@@ -103,7 +109,8 @@ pub fn run(cell: &impl Cell, recurrence: &Recurrence, x: Tensor<3>, keep: Option
                 let kept = keep.clone().slice([0..batch, t..t + 1]).expand([batch, units]); // [B, u]
                 let held = if recurrence.zero_output_for_mask { zeros.clone() } else { output };
                 output = held.mask_where(kept.clone(), new_output);
-                states = states.into_iter().zip(new_states).map(|(old, new)| old.mask_where(kept.clone(), new)).collect();
+                states =
+                    states.into_iter().zip(new_states).map(|(old, new)| old.mask_where(kept.clone(), new)).collect();
             }
         }
         outputs.push(output.clone());
@@ -129,7 +136,11 @@ pub fn call(cell: &impl Cell, recurrence: &Recurrence, call: &Call) -> Result<Ve
         Some(given) => {
             let states = given.tensors();
             if states.len() != cell.state_count() {
-                return Err(call.error(format!("initial_state has {} tensors, the cell {}", states.len(), cell.state_count())));
+                return Err(call.error(format!(
+                    "initial_state has {} tensors, the cell {}",
+                    states.len(),
+                    cell.state_count()
+                )));
             }
             let mut out = Vec::new();
             for state in states {
@@ -167,11 +178,18 @@ pub fn take_recurrent_activation(layer: &mut Build) -> Result<Activation> {
 
 /// A cell's variables as Keras lists them (`<cell>/kernel`, `<cell>/recurrent_kernel`,
 /// `<cell>/bias`) and saves them, in the layer's `cell` group.
-pub fn cell_variables(cell: &str, kernel: HostTensor, recurrent_kernel: HostTensor, bias: Option<HostTensor>) -> Vec<Variable> {
+pub fn cell_variables(
+    cell: &str,
+    kernel: HostTensor,
+    recurrent_kernel: HostTensor,
+    bias: Option<HostTensor>,
+) -> Vec<Variable> {
     let named = [("kernel", Some(kernel)), ("recurrent_kernel", Some(recurrent_kernel)), ("bias", bias)];
     named
         .into_iter()
-        .filter_map(|(name, tensor)| tensor.map(|tensor| Variable { path: format!("{cell}/{name}"), group: "/cell".into(), tensor }))
+        .filter_map(|(name, tensor)| {
+            tensor.map(|tensor| Variable { path: format!("{cell}/{name}"), group: "/cell".into(), tensor })
+        })
         .collect()
 }
 
@@ -295,7 +313,11 @@ impl TorchRecurrent<'_> {
         if let Some(b) = &self.bias {
             let width = b.shape[b.shape.len() - 1];
             // Keras' one bias is torch's input bias, its recurrent one zero (GRU: Keras' second row).
-            let rows = if b.shape.len() == 2 { b.clone() } else { HostTensor::new(vec![2, width], [b.data.clone(), vec![0.0; width]].concat()) };
+            let rows = if b.shape.len() == 2 {
+                b.clone()
+            } else {
+                HostTensor::new(vec![2, width], [b.data.clone(), vec![0.0; width]].concat())
+            };
             let blocks = self.torch_blocks(&rows).transposed(); // [2, G·u] in torch's order
             module.tensor("bias_ih_l0", HostTensor::new(vec![width], blocks.data[..width].to_vec()));
             module.tensor("bias_hh_l0", HostTensor::new(vec![width], blocks.data[width..].to_vec()));
