@@ -16,7 +16,7 @@ Writes, next to this script (README.md says more, and describes the files' forma
   of their layers' order, a shared Dense called twice, cross-attention returning its scores;
 * `nested.keras`: a functional sub-model holding a Sequential, inside an outer model, plus a shared layer;
 * `zoo_conv`, `zoo_pool`, `zoo_norm`, `zoo_activations`, `zoo_merge`, `zoo_reshape`, `zoo_masks`,
-  `zoo_ops`, `zoo_mha`, `zoo_1d`, `zoo_vision`, `zoo_preprocessing`, `zoo_attention_layers`, `zoo_indexing`, `zoo_transpose`, `zoo_recurrent` `.keras`: layer zoo models, each layer at non-default arguments;
+  `zoo_ops`, `zoo_mha`, `zoo_1d`, `zoo_vision`, `zoo_preprocessing`, `zoo_attention_layers`, `zoo_indexing`, `zoo_transpose`, `zoo_recurrent`, `zoo_bidirectional` `.keras`: layer zoo models, each layer at non-default arguments;
 * `<name>.probe.safetensors` for each model above (and for `small` and `timeseries_train`):
   `inputs.<input layer>`, `expected.<output layer>` (Keras' inference output) and every graph node's
   output `nodes.<layer>[@<node>][.<i>]` (sub-models' nodes as `nodes.<sub-model>/<layer>`), with
@@ -917,6 +917,35 @@ def zoo_recurrent():
                 "masks from Masking (interior, trailing and first steps) and Embedding(mask_zero)")
 
 
+def zoo_bidirectional():
+    rng = fresh(22)
+    frames = keras.Input((6, 3), name="frames")
+    masked = layers.Masking(mask_value=0.0, name="masking")(frames)
+    concat = layers.Bidirectional(layers.LSTM(3, return_sequences=True), name="bi_concat")(masked)
+    pooled = layers.GlobalAveragePooling1D(name="pool")(concat)             # the mask goes on
+    summed = layers.Bidirectional(layers.GRU(2), merge_mode="sum", name="bi_sum")(masked)
+    separate = layers.Bidirectional(layers.SimpleRNN(2, return_sequences=True), merge_mode=None,
+                                    name="bi_none")(masked)
+    mul, *states = layers.Bidirectional(layers.LSTM(2, return_state=True), merge_mode="mul",
+                                        name="bi_mul_states")(frames)
+    ave = layers.Bidirectional(layers.GRU(3, return_sequences=True), merge_mode="ave",
+                               backward_layer=layers.GRU(3, return_sequences=True, go_backwards=True,
+                                                         reset_after=False, activation="relu"),
+                               name="bi_ave_own_backward")(masked)
+    initial = layers.Bidirectional(layers.LSTM(2), name="bi_initial")(masked, initial_state=states)
+    model = keras.Model(frames, [pooled, summed, separate[0], separate[1], mul, *states, ave, initial],
+                        name="zoo_bidirectional")
+    randomise(model, rng)
+    frames_value = rng.normal(size=(3, 6, 3)).astype(np.float32)
+    frames_value[0, 4:] = 0.0   # trailing padding
+    frames_value[1, 1] = 0.0    # an interior masked step
+    frames_value[2, 0] = 0.0    # the first step masked
+    write_model("zoo_bidirectional", model, {"frames": frames_value},
+                "Bidirectional around LSTM, GRU and SimpleRNN: merge modes concat, sum, None, mul, ave; "
+                "return_sequences and not; return_state; a backward_layer of its own (reset_after=False, "
+                "relu); initial_state; masks from Masking at interior, trailing and first steps")
+
+
 def small_model():
     """The valid model that the malformed archives are edited from."""
     x = keras.Input((4,), name="features")
@@ -1169,6 +1198,7 @@ MODELS = [
     zoo_indexing,
     zoo_transpose,
     zoo_recurrent,
+    zoo_bidirectional,
     refusals,
     timeseries_train,
 ]

@@ -109,7 +109,7 @@ impl Gru {
 
 impl Gru {
     /// How the layer is written in torch.
-    fn torch(&self) -> TorchRecurrent<'_> {
+    pub fn torch(&self) -> TorchRecurrent<'_> {
         TorchRecurrent {
             cell: "gru",
             activation: self.activation,

@@ -87,7 +87,7 @@ impl KerasLayer for Lstm {
 
 impl Lstm {
     /// How the layer is written in torch.
-    fn torch(&self) -> TorchRecurrent<'_> {
+    pub fn torch(&self) -> TorchRecurrent<'_> {
         TorchRecurrent {
             cell: "lstm",
             activation: self.activation,

@@ -84,7 +84,7 @@ pub struct Run {
 /// Runs `cell` over the steps of `x` (`[B, T, in]`) from `initial` states, with `keep`
 /// (`[B, T]`, true = the step counts) where there is a mask.
 pub fn run(
-    cell: &impl Cell,
+    cell: &(impl Cell + ?Sized),
     recurrence: &Recurrence,
     x: Tensor<3>,
     keep: Option<Tensor<2, Bool>>,
@@ -123,50 +123,84 @@ pub fn run(
 /// `initial_state`; returns the output (with the sequences' mask where it returns sequences)
 /// and, with `return_state`, the final states.
 pub fn call(cell: &impl Cell, recurrence: &Recurrence, call: &Call) -> Result<Vec<Value>> {
-    if call.training && (recurrence.dropout > 0.0 || recurrence.recurrent_dropout > 0.0) {
-        return Err(call.error(format!(
-            "dropout={} and recurrent_dropout={} in training are not implemented (inference is exact)",
-            recurrence.dropout, recurrence.recurrent_dropout
-        )));
-    }
+    refuse_training_dropout(recurrence, call)?;
     let x = call.tensor(0, "sequences")?.tensor.rank_n::<3>("recurrent layer sequences [B, T, features]")?;
-    let [batch, _, _] = x.dims();
-    let initial = match call.arg(1, "initial_state") {
-        None => (0..cell.state_count()).map(|_| Tensor::<2>::zeros([batch, cell.units()], &x.device())).collect(),
-        Some(given) => {
-            let states = given.tensors();
-            if states.len() != cell.state_count() {
-                return Err(call.error(format!(
-                    "initial_state has {} tensors, the cell {}",
-                    states.len(),
-                    cell.state_count()
-                )));
-            }
-            let mut out = Vec::new();
-            for state in states {
-                out.push(state.tensor.clone().rank_n::<2>("initial_state [B, units]")?);
-            }
-            out
-        }
-    };
-    let keep = match &call.mask {
-        Some(mask) => Some(mask.clone().rank_n::<2>("recurrent layer mask [B, T]")?.bool()),
-        None => None,
-    };
+    let initial = initial_states(call, cell.state_count(), |_| cell.units(), &x)?;
+    let keep = call_keep(call)?;
     let run = run(cell, recurrence, x, keep, initial);
-    let output = match (recurrence.return_sequences, run.outputs.last()) {
-        (true, _) if !run.outputs.is_empty() => {
-            let steps: Vec<Tensor<3>> = run.outputs.iter().map(|o| o.clone().unsqueeze_dim::<3>(1)).collect(); // [B, 1, u] each
-            Value::float(DynTensor::from(Tensor::cat(steps, 1))).with_mask(call.previous_mask.clone()) // [B, T, u]
-        }
-        (_, Some(last)) => Value::float(DynTensor::from(last.clone())), // [B, u]
-        (_, None) => return Err(call.error("a sequence of no steps")),
+    let output = output(&run, recurrence.return_sequences).ok_or_else(|| call.error("a sequence of no steps"))?;
+    let [batch, _, units] = output.dims();
+    let output = match recurrence.return_sequences {
+        true => Value::float(DynTensor::from(output)).with_mask(call.previous_mask.clone()), // [B, T, u]
+        false => Value::float(DynTensor::from(output.reshape([batch, units]))),              // [B, u]
     };
     let mut values = vec![output];
     if recurrence.return_state {
         values.extend(run.states.into_iter().map(|state| Value::float(DynTensor::from(state))));
     }
     Ok(values)
+}
+
+/// Dropout of a recurrent layer is drawn only in training, which is not implemented.
+pub fn refuse_training_dropout(recurrence: &Recurrence, call: &Call) -> Result<()> {
+    if call.training && (recurrence.dropout > 0.0 || recurrence.recurrent_dropout > 0.0) {
+        return Err(call.error(format!(
+            "dropout={} and recurrent_dropout={} in training are not implemented (inference is exact)",
+            recurrence.dropout, recurrence.recurrent_dropout
+        )));
+    }
+    Ok(())
+}
+
+/// The call's mask as the steps to keep, `[B, T]`.
+pub fn call_keep(call: &Call) -> Result<Option<Tensor<2, Bool>>> {
+    match &call.mask {
+        Some(mask) => Ok(Some(mask.clone().rank_n::<2>("recurrent layer mask [B, T]")?.bool())),
+        None => Ok(None),
+    }
+}
+
+/// The states a call starts from: its `initial_state` (`count` tensors `[B, units_of(k)]`), else
+/// zeros.
+pub fn initial_states(
+    call: &Call,
+    count: usize,
+    units_of: impl Fn(usize) -> usize,
+    x: &Tensor<3>,
+) -> Result<Vec<Tensor<2>>> {
+    let [batch, _, _] = x.dims();
+    let Some(given) = call.arg(1, "initial_state") else {
+        return Ok((0..count).map(|k| Tensor::<2>::zeros([batch, units_of(k)], &x.device())).collect());
+    };
+    let states = given.tensors();
+    if states.len() != count {
+        return Err(call.error(format!("initial_state has {} tensors, the layer {count} states", states.len())));
+    }
+    let mut out = Vec::with_capacity(count);
+    for (k, state) in states.into_iter().enumerate() {
+        let state = state.tensor.clone().rank_n::<2>("initial_state [B, units]")?;
+        if state.dims() != [batch, units_of(k)] {
+            return Err(call.error(format!(
+                "initial_state {k} is {:?}, the layer's state [{batch}, {}]",
+                state.dims(),
+                units_of(k)
+            )));
+        }
+        out.push(state);
+    }
+    Ok(out)
+}
+
+/// A run's output: every step's (`[B, T, u]`) with `sequences`, else the last step's (`[B, 1, u]`);
+/// `None` for no steps.
+pub fn output(run: &Run, sequences: bool) -> Option<Tensor<3>> {
+    match sequences {
+        true if !run.outputs.is_empty() => {
+            Some(Tensor::cat(run.outputs.iter().map(|o| o.clone().unsqueeze_dim::<3>(1)).collect(), 1)) // [B, T, u]
+        }
+        true => None,
+        false => run.outputs.last().map(|last| last.clone().unsqueeze_dim::<3>(1)), // [B, 1, u]
+    }
 }
 
 /// The `recurrent_activation` argument (sigmoid by default).
@@ -266,37 +300,50 @@ impl TorchRecurrent<'_> {
         HostTensor::new(vec![rows, width], data).transposed()
     }
 
+    /// The prelude's `Recurrent(...)` for this layer, only what differs from the defaults
+    /// spelled out, as a user would write it.
+    pub fn prelude_constructor(&self) -> String {
+        let r = self.recurrence;
+        let mut arguments =
+            vec![format!("{:?}", self.cell), self.kernel.shape[0].to_string(), self.units().to_string()];
+        if self.activation != Activation::Tanh {
+            arguments.push(format!("activation={:?}", activation_name(self.activation)));
+        }
+        if let Some(recurrent) = self.recurrent_activation.filter(|&a| a != Activation::Sigmoid) {
+            arguments.push(format!("recurrent_activation={:?}", activation_name(recurrent)));
+        }
+        for (name, value, default) in [
+            ("use_bias", self.bias.is_some(), true),
+            ("reset_after", self.reset_after, true),
+            ("return_sequences", r.return_sequences, false),
+            ("return_state", r.return_state, false),
+            ("go_backwards", r.go_backwards, false),
+            ("zero_output_for_mask", r.zero_output_for_mask, false),
+        ] {
+            if value != default && (name != "reset_after" || self.cell == "gru") {
+                arguments.push(format!("{name}={}", py_bool(value)));
+            }
+        }
+        format!("Recurrent({})", arguments.join(", "))
+    }
+
+    /// The prelude module's state dict: Keras' variables in Keras' layout.
+    pub fn prelude_state(&self) -> Vec<(&'static str, HostTensor)> {
+        let mut state = vec![("kernel", self.kernel.clone()), ("recurrent_kernel", self.recurrent_kernel.clone())];
+        if let Some(bias) = &self.bias {
+            state.push(("bias", bias.clone()));
+        }
+        state
+    }
+
     /// The layer's attribute and its state dict.
     pub fn module(&self, module: &mut TorchModule) -> Result<()> {
         let (input, units) = (self.kernel.shape[0], self.units());
         let bias = py_bool(self.bias.is_some());
         let Some(class) = self.native(module.masked_calls) else {
-            let r = self.recurrence;
-            let mut arguments = vec![format!("{:?}", self.cell), input.to_string(), units.to_string()];
-            // Only what differs from the defaults, as a user would write it.
-            if self.activation != Activation::Tanh {
-                arguments.push(format!("activation={:?}", activation_name(self.activation)));
-            }
-            if let Some(recurrent) = self.recurrent_activation.filter(|&a| a != Activation::Sigmoid) {
-                arguments.push(format!("recurrent_activation={:?}", activation_name(recurrent)));
-            }
-            for (name, value, default) in [
-                ("use_bias", self.bias.is_some(), true),
-                ("reset_after", self.reset_after, true),
-                ("return_sequences", r.return_sequences, false),
-                ("return_state", r.return_state, false),
-                ("go_backwards", r.go_backwards, false),
-                ("zero_output_for_mask", r.zero_output_for_mask, false),
-            ] {
-                if value != default && (name != "reset_after" || self.cell == "gru") {
-                    arguments.push(format!("{name}={}", py_bool(value)));
-                }
-            }
-            module.construct(format!("Recurrent({})", arguments.join(", ")));
-            module.tensor("kernel", self.kernel.clone());
-            module.tensor("recurrent_kernel", self.recurrent_kernel.clone());
-            if let Some(b) = &self.bias {
-                module.tensor("bias", b.clone());
+            module.construct(self.prelude_constructor());
+            for (name, tensor) in self.prelude_state() {
+                module.tensor(name, tensor);
             }
             return Ok(());
         };

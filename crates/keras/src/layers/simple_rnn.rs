@@ -73,7 +73,7 @@ impl KerasLayer for SimpleRnn {
 
 impl SimpleRnn {
     /// How the layer is written in torch.
-    fn torch(&self) -> TorchRecurrent<'_> {
+    pub fn torch(&self) -> TorchRecurrent<'_> {
         TorchRecurrent {
             cell: "simple_rnn",
             activation: self.activation,

@@ -690,6 +690,36 @@ class Recurrent(torch.nn.Module):
         return (result, *states) if self.return_state else result
 
 
+class Bidirectional(torch.nn.Module):
+    """keras.layers.Bidirectional: one recurrent layer forward, one backward (go_backwards), both
+    with the mask; the backward outputs put back in time order when they are sequences, merged
+    by merge_mode ("concat", "sum", "mul", "ave", or None for both); then the forward layer's
+    states and the backward one's."""
+
+    def __init__(self, forward_layer, backward_layer, merge_mode="concat"):
+        super().__init__()
+        self.forward_layer, self.backward_layer, self.merge_mode = forward_layer, backward_layer, merge_mode
+
+    def forward(self, x, mask=None, initial_state=None):
+        half = None if initial_state is None else len(initial_state) // 2
+        y = self.forward_layer(x, mask, None if initial_state is None else initial_state[:half])
+        y_rev = self.backward_layer(x, mask, None if initial_state is None else initial_state[half:])
+        states = []
+        if self.forward_layer.return_state:
+            y, y_rev, states = y[0], y_rev[0], [*y[1:], *y_rev[1:]]
+        if self.forward_layer.return_sequences:
+            y_rev = y_rev.flip(1)
+        merged = {
+            "concat": lambda: (torch.cat([y, y_rev], dim=-1),),
+            "sum": lambda: (y + y_rev,),
+            "mul": lambda: (y * y_rev,),
+            "ave": lambda: ((y + y_rev) / 2,),
+            None: lambda: (y, y_rev),
+        }[self.merge_mode]()
+        outputs = (*merged, *states)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+
 def dropout(x, rate, spatial, training):
     """Dropout / SpatialDropout1D (whole channels)."""
     if not training or rate == 0:
