@@ -16,7 +16,7 @@ Writes, next to this script (README.md says more, and describes the files' forma
   of their layers' order, a shared Dense called twice, cross-attention returning its scores;
 * `nested.keras`: a functional sub-model holding a Sequential, inside an outer model, plus a shared layer;
 * `zoo_conv`, `zoo_pool`, `zoo_norm`, `zoo_activations`, `zoo_merge`, `zoo_reshape`, `zoo_masks`,
-  `zoo_ops`, `zoo_mha`, `zoo_1d`, `zoo_vision`, `zoo_preprocessing`, `zoo_attention_layers`, `zoo_indexing`, `zoo_transpose`, `zoo_recurrent`, `zoo_bidirectional` `.keras`: layer zoo models, each layer at non-default arguments;
+  `zoo_ops`, `zoo_mha`, `zoo_1d`, `zoo_vision`, `zoo_preprocessing`, `zoo_attention_layers`, `zoo_indexing`, `zoo_transpose`, `zoo_recurrent`, `zoo_bidirectional`, `zoo_time_distributed` `.keras`: layer zoo models, each layer at non-default arguments;
 * `<name>.probe.safetensors` for each model above (and for `small` and `timeseries_train`):
   `inputs.<input layer>`, `expected.<output layer>` (Keras' inference output) and every graph node's
   output `nodes.<layer>[@<node>][.<i>]` (sub-models' nodes as `nodes.<sub-model>/<layer>`), with
@@ -946,6 +946,29 @@ def zoo_bidirectional():
                 "relu); initial_state; masks from Masking at interior, trailing and first steps")
 
 
+def zoo_time_distributed():
+    rng = fresh(23)
+    frames = keras.Input((5, 3), name="frames")
+    clips = keras.Input((4, 6, 2), name="clips")          # [B, T, L, C]: a short signal per step
+    masked = layers.Masking(mask_value=0.0, name="masking")(frames)
+    sequences = layers.LSTM(4, return_sequences=True, name="lstm")(masked)
+    tagged = layers.TimeDistributed(layers.Dense(3, activation="softmax"), name="td_dense")(sequences)
+    pooled = layers.GlobalAveragePooling1D(name="pool")(tagged)             # the mask goes on
+    convolved = layers.TimeDistributed(layers.Conv1D(3, 3, padding="same", activation="relu"),
+                                       name="td_conv")(clips)               # [B, 4, 6, 3]
+    flat = layers.TimeDistributed(layers.Flatten(), name="td_flatten")(convolved)  # [B, 4, 18]
+    normed = layers.TimeDistributed(layers.LayerNormalization(), name="td_norm")(flat)
+    model = keras.Model([frames, clips], [tagged, pooled, normed], name="zoo_time_distributed")
+    randomise(model, rng)
+    frames_value = rng.normal(size=(2, 5, 3)).astype(np.float32)
+    frames_value[0, 3:] = 0.0
+    frames_value[1, 1] = 0.0
+    write_model("zoo_time_distributed", model,
+                {"frames": frames_value, "clips": rng.normal(size=(2, 4, 6, 2)).astype(np.float32)},
+                "TimeDistributed over Dense (softmax, after a masked LSTM: the mask goes on), Conv1D on "
+                "[B, T, L, C], Flatten and LayerNormalization")
+
+
 def small_model():
     """The valid model that the malformed archives are edited from."""
     x = keras.Input((4,), name="features")
@@ -1199,6 +1222,7 @@ MODELS = [
     zoo_transpose,
     zoo_recurrent,
     zoo_bidirectional,
+    zoo_time_distributed,
     refusals,
     timeseries_train,
 ]

@@ -38,6 +38,7 @@ registry! {
     gru::Gru => "GRU";
     simple_rnn::SimpleRnn => "SimpleRNN";
     bidirectional::Bidirectional => "Bidirectional";
+    time_distributed::TimeDistributed => "TimeDistributed";
     conv1d::Conv1D => "Conv1D";
     conv2d::Conv2D => "Conv2D";
     depthwise_conv2d::DepthwiseConv2D => "DepthwiseConv2D", "DepthwiseConv1D";

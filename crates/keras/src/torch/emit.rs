@@ -155,6 +155,41 @@ impl TorchCall<'_> {
         }
     }
 
+    /// Writes the call of a layer wrapped in this one (`TimeDistributed`'s) on the variable
+    /// `x<i>` of this call, as a node of one tensor argument without masks and of one rank less
+    /// (the steps folded into the batch): its statements and buffers join this call's.
+    pub fn wrapped(&mut self, run: impl FnOnce(&mut TorchCall) -> Result<String>) -> Result<String> {
+        let node = Node {
+            layer: self.node.layer,
+            label: self.node.label.clone(),
+            args: vec![Arg::Tensor(Port { node: self.index, index: 0 })],
+            kwargs: Vec::new(),
+        };
+        let unmasked = vec![false; self.masked.len()];
+        let mut ranks = self.ranks.to_vec();
+        if let Some(rank) = ranks.get_mut(self.index) {
+            *rank = rank.saturating_sub(1);
+        }
+        let mut inner = TorchCall {
+            node: &node,
+            index: self.index,
+            attr: self.attr,
+            ranks: &ranks,
+            model_input: None,
+            outputs: 1,
+            masked_calls: false,
+            masked: &unmasked,
+            what: self.what.clone(),
+            lines: Vec::new(),
+            buffers: Vec::new(),
+        };
+        let construct = run(&mut inner)?;
+        let (lines, buffers) = (inner.lines, inner.buffers);
+        self.lines.extend(lines);
+        self.buffers.extend(buffers);
+        Ok(construct)
+    }
+
     /// The tensor at `position`, or keyword `name`.
     pub fn port(&self, position: usize, name: &str) -> Option<Port> {
         match self.node.args.get(position).or_else(|| self.kwarg(name)) {
