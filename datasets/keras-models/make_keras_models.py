@@ -26,7 +26,9 @@ Writes, next to this script (README.md says more, and describes the files' forma
   and, edited from the valid `small.keras`: `bad_weight_shape.keras`, `missing_weights.keras`,
   `cycle.keras`, `dangling.keras`, `truncated.keras`;
 * `timeseries_train.keras` and `timeseries_train.trajectory.safetensors`: the timeseries model at
-  dropout 0 trained 3 Adam steps (lr 1e-3, sparse categorical crossentropy), reference in float64.
+  dropout 0 trained 3 Adam steps (lr 1e-3, sparse categorical crossentropy), reference in float64;
+* `recurrent_train.keras` and `recurrent_train.trajectory.safetensors`: the same for an LSTM ->
+  MultiHeadAttention -> GlobalAveragePooling1D -> softmax classifier at [B, 136, 4].
 
 Deterministic: each model clears the Keras session (automatic names restart) and seeds Keras and numpy;
 re-running rewrites the same safetensors bytes (the .keras archives hold a save date).
@@ -1113,13 +1115,40 @@ def train(model, xs, ys, dtype):
 
 
 def timeseries_train():
-    rng = fresh(30)
-    model = build_model(**TIMESERIES, dropout=0.0, mlp_dropout=0.0)
+    trajectory("timeseries_train", lambda: build_model(**TIMESERIES, dropout=0.0, mlp_dropout=0.0), 30,
+               "keras.io timeseries Transformer classifier (dropout 0) trained for 3 Adam steps, one new batch "
+               "per step", {**TIMESERIES, "dropout": 0.0, "mlp_dropout": 0.0, "n_classes": n_classes})
+
+
+def lstm_attention_classifier():
+    """A time-series classifier with attention on a recurrent layer: LSTM -> self-attention ->
+    masked-free average pooling -> softmax, at the question's [B, 136, 4]."""
+    inputs = keras.Input((136, 4), name="series")
+    x = layers.LSTM(8, return_sequences=True, name="lstm")(inputs)
+    x = layers.MultiHeadAttention(num_heads=2, key_dim=4, name="attention")(x, x)
+    x = layers.GlobalAveragePooling1D(name="pool")(x)
+    outputs = layers.Dense(n_classes, activation="softmax", name="classes")(x)
+    return keras.Model(inputs, outputs, name="lstm_attention_classifier")
+
+
+def recurrent_train():
+    trajectory("recurrent_train", lstm_attention_classifier, 31,
+               "LSTM(8) -> MultiHeadAttention(2 heads, key_dim 4) -> GlobalAveragePooling1D -> Dense softmax "
+               "at [B, 136, 4], trained for 3 Adam steps, one new batch per step",
+               {"lstm_units": 8, "num_heads": 2, "key_dim": 4, "n_classes": n_classes})
+
+
+def trajectory(case, make_model, seed, description, model_config):
+    """`<case>.keras` and `<case>.trajectory.safetensors`: the model `make_model()` builds, its
+    weights drawn with `seed`, trained 3 Adam steps by the reference loop in float64 (and float32,
+    and compile + train_on_batch, for the drift between them)."""
+    rng = fresh(seed)
+    model = make_model()
     randomise(model, rng, scale=0.3)
     xs = rng.normal(size=(TRAIN_STEPS, TRAIN_BATCH, 136, 4)).astype(np.float32)
     ys = rng.integers(0, n_classes, size=(TRAIN_STEPS, TRAIN_BATCH)).astype(np.int32)
-    write_model("timeseries_train", model, {model.layers[0].name: xs[0, :2]},
-                "timeseries_transformer at dropout 0: the start of timeseries_train.trajectory.safetensors")
+    write_model(case, model, {model.layers[0].name: xs[0, :2]},
+                f"{description}: the start of {case}.trajectory.safetensors")
     init = {v.path: np.asarray(v) for v in model.trainable_variables}
 
     # float32, the real Keras fit path: compile + train_on_batch (loss returned = before the update)
@@ -1130,17 +1159,17 @@ def timeseries_train():
     fit_final = {v.path: np.asarray(v, dtype=np.float64) for v in model.trainable_variables}
 
     # float32, the reference loop
-    fresh(30)
-    model32 = build_model(**TIMESERIES, dropout=0.0, mlp_dropout=0.0)
+    fresh(seed)
+    model32 = make_model()
     for v in model32.trainable_variables:
         v.assign(init[v.path])
     losses32, grads32, step1_32, final32, _ = train(model32, xs, ys, np.float32)
 
     # float64, the reference: the same architecture with floatx float64, float32 weights and data cast up
-    fresh(30)
+    fresh(seed)
     keras.config.set_floatx("float64")
     try:
-        model64 = build_model(**TIMESERIES, dropout=0.0, mlp_dropout=0.0)
+        model64 = make_model()
         assert all(v.dtype == "float64" for v in model64.weights)
         for v in model64.trainable_variables:
             v.assign(init[v.path].astype(np.float64))
@@ -1165,14 +1194,13 @@ def timeseries_train():
         tensors.update({f"{prefix}.{n}": np.ascontiguousarray(values[n], dtype=np.float32) for n in names})
     import tensorflow as tf
     config = {
-        "case": "timeseries_train",
+        "case": case,
         "framework": "keras", "framework_version": keras.__version__,
         "backend": BACKEND, "backend_version": tf.__version__,
-        "description": "keras.io timeseries Transformer classifier (dropout 0) trained for 3 Adam steps, one new "
-                       "batch per step",
-        "model_file": "timeseries_train.keras",
-        "model": {**TIMESERIES, "dropout": 0.0, "mlp_dropout": 0.0, "n_classes": n_classes,
-                  "init": "every trainable weight N(0, 0.3^2) (numpy default_rng(30)), biases included"},
+        "description": description,
+        "model_file": f"{case}.keras",
+        "model": {**model_config,
+                  "init": f"every trainable weight N(0, 0.3^2) (numpy default_rng({seed})), biases included"},
         "steps": TRAIN_STEPS, "batch": TRAIN_BATCH, "seq_len": 136, "input_dim": 4,
         "data": "x ~ N(0, 1) float32 [N, B, 136, 4]; y uniform in {0, 1} int32 [N, B]; step i uses data.x[i], data.y[i]",
         "loss": "sparse_categorical_crossentropy",
@@ -1193,10 +1221,10 @@ def timeseries_train():
         "compile_train_on_batch_losses_f32": keras_losses,
         "weight_names": names,
     }
-    path = os.path.join(HERE, "timeseries_train.trajectory.safetensors")
+    path = os.path.join(HERE, f"{case}.trajectory.safetensors")
     save_file(tensors, path, metadata={"keras_version": keras.__version__, "backend": BACKEND,
                                        "description": config["description"], "config": json.dumps(config)})
-    print(f"wrote timeseries_train.trajectory.safetensors: losses {losses}, f32 drift {drift}")
+    print(f"wrote {case}.trajectory.safetensors: losses {losses}, f32 drift {drift}")
 
 
 MODELS = [
@@ -1225,6 +1253,7 @@ MODELS = [
     zoo_time_distributed,
     refusals,
     timeseries_train,
+    recurrent_train,
 ]
 
 

@@ -1,6 +1,7 @@
 //! Training a whole Keras model in Burn reproduces the real Keras: the keras.io time-series
-//! Transformer (dropout 0) for 3 Adam steps, against a float64 trajectory made by keras 3.15.1
-//! (`datasets/keras-models/timeseries_train.trajectory.safetensors`).
+//! Transformer (dropout 0) and an LSTM -> attention -> pooling classifier (gradients through 136
+//! steps) for 3 Adam steps each, against float64 trajectories made by keras 3.15.1
+//! (`datasets/keras-models/<case>.trajectory.safetensors`).
 
 use std::path::PathBuf;
 
@@ -28,12 +29,23 @@ fn max_difference(ours: &WeightMap, keras: &TensorFile, prefix: &str) -> (f32, S
 
 #[test]
 fn the_time_series_transformer_trains_as_keras_trains_it() {
+    trains_as_keras("timeseries_train");
+}
+
+#[test]
+fn an_lstm_attention_classifier_trains_as_keras_trains_it() {
+    trains_as_keras("recurrent_train");
+}
+
+/// `<case>.keras` trained 3 Adam steps on every backend: each loss, the first gradients and the
+/// final weights within [`TOLERANCE`] of Keras' float64 trajectory.
+fn trains_as_keras(case: &str) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../datasets/keras-models");
-    let fixture = TensorFile::read(&dir.join("timeseries_train.trajectory.safetensors")).unwrap();
+    let fixture = TensorFile::read(&dir.join(format!("{case}.trajectory.safetensors"))).unwrap();
     // ndarray and flex, and wgpu where an adapter exists (required in CI).
     for backend in Backend::for_checks().unwrap() {
         let device = backend.device(Default::default()).unwrap().autodiff();
-        let mut model = KerasModel::from_file(&dir.join("timeseries_train.keras"), &device).unwrap();
+        let mut model = KerasModel::from_file(&dir.join(format!("{case}.keras")), &device).unwrap();
         let init = model.keras_variables();
         let (init_diff, at) = max_difference(&init, &fixture, "init.");
         assert_eq!(init_diff, 0.0, "{at}: the archive's weights are the fixture's init");
@@ -58,20 +70,20 @@ fn the_time_series_transformer_trains_as_keras_trains_it() {
             let value = loss.clone().into_data().convert::<f32>().try_to_vec::<f32>().unwrap()[0];
             assert!(
                 (value - expected.data[step]).abs() <= TOLERANCE,
-                "{backend:?} step {step}: loss {value}, Keras {}",
+                "{case} on {backend:?} step {step}: loss {value}, Keras {}",
                 expected.data[step]
             );
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             if step == 0 {
                 let gradients = gradients_as_module(model.clone(), &grads).keras_variables();
                 let (diff, at) = max_difference(&gradients, &fixture, "grads0.");
-                assert!(diff <= TOLERANCE, "{backend:?}: first gradients differ by {diff} at {at}");
-                eprintln!("{backend:?}: grads0 max |diff| {diff:.2e} ({at})");
+                assert!(diff <= TOLERANCE, "{case} on {backend:?}: first gradients differ by {diff} at {at}");
+                eprintln!("{case} on {backend:?}: grads0 max |diff| {diff:.2e} ({at})");
             }
             model = optim.step(1e-3, model, grads);
         }
         let (diff, at) = max_difference(&model.keras_variables(), &fixture, "final.");
-        eprintln!("{backend:?}: final weights max |diff| {diff:.2e} ({at})");
-        assert!(diff <= TOLERANCE, "{backend:?}: final weights differ by {diff} at {at}");
+        eprintln!("{case} on {backend:?}: final weights max |diff| {diff:.2e} ({at})");
+        assert!(diff <= TOLERANCE, "{case} on {backend:?}: final weights differ by {diff} at {at}");
     }
 }
