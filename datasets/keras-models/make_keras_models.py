@@ -971,6 +971,19 @@ def zoo_time_distributed():
                 "[B, T, L, C], Flatten and LayerNormalization")
 
 
+def bench_lstm():
+    """The recurrent row of the benchmark: LSTM(64, return_sequences=True) -> Dense(4) at
+    [B, 136, 4] (crates/train/examples/recurrent_step.rs, xtask/python/bench_recurrent.py)."""
+    rng = fresh(24)
+    inputs = keras.Input((136, 4), name="series")
+    x = layers.LSTM(64, return_sequences=True, name="lstm")(inputs)
+    outputs = layers.Dense(4, name="head")(x)
+    model = keras.Model(inputs, outputs, name="bench_lstm")
+    randomise(model, rng, scale=0.1)
+    write_model("bench_lstm", model, {"series": rng.normal(size=(2, 136, 4)).astype(np.float32)},
+                "the benchmark's recurrent row: LSTM(64, return_sequences=True) -> Dense(4) at [B, 136, 4]")
+
+
 def small_model():
     """The valid model that the malformed archives are edited from."""
     x = keras.Input((4,), name="features")
@@ -1251,6 +1264,7 @@ MODELS = [
     zoo_recurrent,
     zoo_bidirectional,
     zoo_time_distributed,
+    bench_lstm,
     refusals,
     timeseries_train,
     recurrent_train,
