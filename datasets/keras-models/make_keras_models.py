@@ -984,6 +984,45 @@ def bench_lstm():
                 "the benchmark's recurrent row: LSTM(64, return_sequences=True) -> Dense(4) at [B, 136, 4]")
 
 
+DROPOUT_DRAWS = 20000
+
+
+def recurrent_dropout():
+    """`recurrent_dropout.keras` and `recurrent_dropout.stats.safetensors`: recurrent layers with
+    dropout and recurrent_dropout in training. Keras' random masks cannot be reproduced, but their
+    law can: the probe input tiled DROPOUT_DRAWS times along the batch (each row draws its own
+    masks) gives each output element's mean and standard deviation over that many draws, which
+    depend on the rates, the scale 1 / (1 - rate), and which steps and gates share a mask."""
+    rng = fresh(25)
+    inputs = keras.Input((5, 2), name="series")
+    outputs = [
+        layers.SimpleRNN(3, dropout=0.4, recurrent_dropout=0.3, return_sequences=True, name="rnn")(inputs),
+        layers.LSTM(3, dropout=0.5, return_sequences=True, name="lstm_inputs")(inputs),        # implementation 2
+        layers.LSTM(3, dropout=0.3, recurrent_dropout=0.4, return_sequences=True, name="lstm_both")(inputs),  # 1
+        layers.GRU(3, recurrent_dropout=0.5, return_sequences=True, name="gru_recurrent")(inputs),
+        layers.GRU(3, dropout=0.2, recurrent_dropout=0.3, reset_after=False, return_sequences=True,
+                   name="gru_v1")(inputs),
+    ]
+    model = keras.Model(inputs, outputs, name="recurrent_dropout")
+    randomise(model, rng, scale=0.6)
+    x = rng.normal(size=(4, 5, 2)).astype(np.float32)
+    write_model("recurrent_dropout", model, {"series": x},
+                "SimpleRNN, LSTM (implementation 2 and 1) and GRU (reset_after true and false) with dropout and "
+                "recurrent_dropout; inference probe (dropout is the identity there)")
+    tiled = np.tile(x, (DROPOUT_DRAWS, 1, 1))  # [N * 4, 5, 2]: row n * 4 + b is draw n of row b
+    draws = model(tiled, training=True)
+    tensors = {"inputs.series": x}
+    for layer, out in zip(["rnn", "lstm_inputs", "lstm_both", "gru_recurrent", "gru_v1"], draws):
+        out = np.asarray(out, dtype=np.float64).reshape(DROPOUT_DRAWS, *x.shape[:2], -1)
+        tensors[f"mean.{layer}"] = out.mean(axis=0).astype(np.float32)
+        tensors[f"std.{layer}"] = out.std(axis=0).astype(np.float32)
+    save_file(tensors, os.path.join(HERE, "recurrent_dropout.stats.safetensors"),
+              metadata={"keras_version": keras.__version__, "backend": BACKEND, "draws": str(DROPOUT_DRAWS),
+                        "description": "per output element: mean and std over the draws of Keras' training-mode "
+                                       "call on the probe input tiled along the batch"})
+    print("wrote recurrent_dropout.stats.safetensors")
+
+
 def small_model():
     """The valid model that the malformed archives are edited from."""
     x = keras.Input((4,), name="features")
@@ -1265,6 +1304,7 @@ MODELS = [
     zoo_bidirectional,
     zoo_time_distributed,
     bench_lstm,
+    recurrent_dropout,
     refusals,
     timeseries_train,
     recurrent_train,

@@ -3,8 +3,9 @@
 For every model with a Keras probe in datasets/keras-models/ (or the .keras files given): converts
 it into a temporary folder, loads the generated module with `load_state_dict(strict=True)` and
 compares its outputs with Burn's (the probe written beside it) and with Keras' (the model's own
-probe, made by keras 3.15.1), at 1e-5. Exit status 1 if any model fails. Run from the repository
-root after `cargo build`:
+probe, made by keras 3.15.1), at 1e-5; where the model has `<stem>.stats.safetensors` (the law of
+Keras' dropout in training), the module in training mode must have its moments too. Exit status 1
+if any model fails. Run from the repository root after `cargo build`:
 
     python3 xtask/python/check_torch_models.py [MODEL.keras ...]
 """
@@ -23,7 +24,7 @@ def main():
     models = sys.argv[1:] or sorted(
         p[: -len(".probe.safetensors")] + ".keras" for p in glob.glob(os.path.join(ROOT, "datasets/keras-models/*.probe.safetensors"))
     )
-    failed = []
+    failed, checks = [], len(models) * 2
     with tempfile.TemporaryDirectory() as out:
         for model in models:
             stem = os.path.splitext(os.path.basename(model))[0]
@@ -41,10 +42,50 @@ def main():
                 print(f"{stem} vs {source}: " + "; ".join(lines) if lines else f"{stem} vs {source}: {run.stderr.strip()[-300:]}")
                 if run.returncode != 0:
                     failed.append(f"{stem} vs {source}")
-    print(f"{len(models) * 2 - len(failed)} checks passed, {len(failed)} failed")
+            stats = model[: -len(".keras")] + ".stats.safetensors"
+            if os.path.exists(stats):
+                checks += 1
+                worst = dropout_moments(target + ".py", stats)
+                print(f"{stem} in training vs Keras' dropout: {worst}")
+                if worst is None or worst[0] > 5.0 or worst[1] > 0.08:
+                    failed.append(f"{stem} dropout moments")
+    print(f"{checks - len(failed)} checks passed, {len(failed)} failed")
     for f in failed:
         print("FAILED:", f)
     sys.exit(1 if failed else 0)
+
+
+def dropout_moments(module_path, stats_path, draws=20000):
+    """The generated module in training mode on the stats' input tiled `draws` times: the worst
+    difference of each output element's mean from Keras' (in standard errors) and of its standard
+    deviation (relative, or against 0.0625 where smaller), as crates/keras/tests/recurrent_dropout.rs
+    checks Burn."""
+    import importlib.util
+
+    import numpy as np
+    import torch
+    from safetensors.numpy import load_file
+
+    spec = importlib.util.spec_from_file_location("converted", module_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.load().train()
+    stats = load_file(stats_path)
+    x = torch.tensor(stats["inputs.series"])
+    torch.manual_seed(0)
+    with torch.no_grad():
+        outputs = model(x.repeat(draws, 1, 1))
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    names = sorted({k.split(".", 1)[1] for k in stats if k.startswith("mean.")}, key=list(module.OUTPUTS).index)
+    worst = (0.0, 0.0)
+    for name, out in zip(names, outputs):
+        o = out.double().reshape(draws, *x.shape[:2], -1)
+        mean, std = o.mean(0).numpy(), o.std(0, unbiased=False).numpy()
+        keras_mean, keras_std = stats["mean." + name], stats["std." + name]
+        se = np.sqrt(keras_std.astype(np.float64) ** 2 / 20000 + std**2 / draws)
+        worst = (max(worst[0], float(np.max(np.abs(mean - keras_mean) / np.maximum(se, 1e-6)))),
+                 max(worst[1], float(np.max(np.abs(std - keras_std) / np.maximum(keras_std, 0.0625)))))
+    return worst
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ use serde_json::Value as Json;
 
 use super::gru::Gru;
 use super::lstm::Lstm;
-use super::recurrent::{self, Cell, Recurrence, TorchRecurrent};
+use super::recurrent::{self, Cell, Dropout, Recurrence, TorchRecurrent};
 use super::simple_rnn::SimpleRnn;
 use super::{Build, Call, KerasLayer, Variable};
 use crate::config::LayerArgs;
@@ -188,10 +188,13 @@ impl KerasLayer for Bidirectional {
         let initial = recurrent::initial_states(call, forward_states + backward_cell.state_count(), units_of, &x)?;
         let (forward_initial, backward_initial) = initial.split_at(forward_states);
         let recurrence = *self.forward.recurrence();
-        recurrent::refuse_training_dropout(&recurrence, call)?;
-        recurrent::refuse_training_dropout(self.backward.recurrence(), call)?;
-        let forward = recurrent::run(forward_cell, &recurrence, x.clone(), keep.clone(), forward_initial.to_vec());
-        let backward = recurrent::run(backward_cell, self.backward.recurrence(), x, keep, backward_initial.to_vec());
+        let backward_recurrence = self.backward.recurrence();
+        let forward_dropout = Dropout::draw(forward_cell, &recurrence, &x, call.training);
+        let backward_dropout = Dropout::draw(backward_cell, backward_recurrence, &x, call.training);
+        let forward =
+            recurrent::run(forward_cell, &recurrence, x.clone(), keep.clone(), forward_initial.to_vec(), &forward_dropout);
+        let backward =
+            recurrent::run(backward_cell, backward_recurrence, x, keep, backward_initial.to_vec(), &backward_dropout);
         let sequences = recurrence.return_sequences;
         let no_steps = || call.error("a sequence of no steps");
         let forward_output = recurrent::output(&forward, sequences).ok_or_else(no_steps)?; // [B, T|1, u]

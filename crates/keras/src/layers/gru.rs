@@ -128,17 +128,21 @@ impl Cell for Gru {
         self.recurrent_kernel.dims()[0]
     }
 
-    fn project(&self, x: Tensor<3>) -> Tensor<3> {
-        recurrent::project(x, self.kernel.val(), self.bias_row(0)) // [B, T, 3u]
+    fn gates(&self) -> usize {
+        3
     }
 
-    fn step(&self, projected: Tensor<2>, states: &[Tensor<2>]) -> Vec<Tensor<2>> {
+    fn project(&self, x: Tensor<3>, dropout: &[Tensor<2>]) -> Tensor<3> {
+        recurrent::project_dropped(x, self.kernel.val(), self.bias_row(0), dropout, self.units()) // [B, T, 3u]
+    }
+
+    fn step(&self, projected: Tensor<2>, states: &[Tensor<2>], dropout: &[Tensor<2>]) -> Vec<Tensor<2>> {
         let h = states[0].clone(); // [B, u]
         let units = self.units();
         let recurrent_kernel = self.recurrent_kernel.val(); // [u, 3u]
         let x = |k: usize| gate(&projected, k, units); // [B, u]
         let (z, candidate) = if self.reset_after {
-            let mut inner = h.clone().matmul(recurrent_kernel); // [B, 3u]
+            let mut inner = recurrent::recurrent_product(h.clone(), recurrent_kernel, dropout, units); // [B, 3u]
             if let Some(bias) = self.bias_row(1) {
                 inner = inner + bias.unsqueeze_dim(0);
             }
@@ -147,10 +151,15 @@ impl Cell for Gru {
             (z, activate(self.activation, x(2) + r * gate(&inner, 2, units)))
         } else {
             let [_, width] = recurrent_kernel.dims();
-            let inner = h.clone().matmul(recurrent_kernel.clone().slice([0..units, 0..2 * units])); // [B, 2u]
+            let gates_zr = recurrent_kernel.clone().slice([0..units, 0..2 * units]); // [u, 2u]
+            let inner = recurrent::recurrent_product(h.clone(), gates_zr, dropout.get(..2).unwrap_or(&[]), units); // [B, 2u]
             let z = activate(self.recurrent_activation, x(0) + gate(&inner, 0, units));
             let r = activate(self.recurrent_activation, x(1) + gate(&inner, 1, units));
-            let reset = (r * h.clone()).matmul(recurrent_kernel.slice([0..units, 2 * units..width])); // [B, u]
+            let h_dropped = match dropout.get(2) {
+                Some(mask) => h.clone() * mask.clone(),
+                None => h.clone(),
+            };
+            let reset = (r * h_dropped).matmul(recurrent_kernel.slice([0..units, 2 * units..width])); // [B, u]
             (z, activate(self.activation, x(2) + reset))
         };
         let h = z.clone() * h + z.neg().add_scalar(1.0) * candidate; // z h + (1 - z) h̃

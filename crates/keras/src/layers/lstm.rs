@@ -110,14 +110,19 @@ impl Cell for Lstm {
         2
     }
 
-    fn project(&self, x: Tensor<3>) -> Tensor<3> {
-        recurrent::project(x, self.kernel.val(), self.bias.as_ref().map(|b| b.val())) // [B, T, 4u]
+    fn gates(&self) -> usize {
+        4
     }
 
-    fn step(&self, projected: Tensor<2>, states: &[Tensor<2>]) -> Vec<Tensor<2>> {
+    fn project(&self, x: Tensor<3>, dropout: &[Tensor<2>]) -> Tensor<3> {
+        let bias = self.bias.as_ref().map(|b| b.val());
+        recurrent::project_dropped(x, self.kernel.val(), bias, dropout, self.units()) // [B, T, 4u]
+    }
+
+    fn step(&self, projected: Tensor<2>, states: &[Tensor<2>], dropout: &[Tensor<2>]) -> Vec<Tensor<2>> {
         let (h, c) = (states[0].clone(), states[1].clone()); // [B, u] each
         let units = self.units();
-        let z = projected + h.matmul(self.recurrent_kernel.val()); // [B, 4u]
+        let z = projected + recurrent::recurrent_product(h, self.recurrent_kernel.val(), dropout, units); // [B, 4u]
         let sigma = |k: usize| activate(self.recurrent_activation, gate(&z, k, units)); // [B, u]
         let (i, f, o) = (sigma(0), sigma(1), sigma(3));
         let c = f * c + i * activate(self.activation, gate(&z, 2, units)); // [B, u]

@@ -13,7 +13,7 @@
 //! `return_state` adds the final states. The mask goes on with the sequences, unchanged (also
 //! with `go_backwards`), and nowhere else (`RNN.compute_mask`).
 
-use burn::tensor::{Bool, Tensor};
+use burn::tensor::{Bool, Distribution, Tensor};
 
 use super::{Build, Call, Variable};
 use crate::activation::Activation;
@@ -67,12 +67,47 @@ pub trait Cell {
         1
     }
 
-    /// The inputs projected for every step at once, `[B, T, in]` -> `[B, T, gates · units]`.
-    fn project(&self, x: Tensor<3>) -> Tensor<3>;
+    /// The blocks of `units` columns in the kernels (LSTM 4, GRU 3, SimpleRNN 1).
+    fn gates(&self) -> usize;
+
+    /// The inputs projected for every step at once, `[B, T, in]` -> `[B, T, gates · units]`,
+    /// the inputs' dropout masks applied ([`Dropout::inputs`]).
+    fn project(&self, x: Tensor<3>, dropout: &[Tensor<2>]) -> Tensor<3>;
 
     /// One step: this step's projected inputs `[B, gates · units]` and the states before it
-    /// (`[B, units]` each) give the states after it.
-    fn step(&self, projected: Tensor<2>, states: &[Tensor<2>]) -> Vec<Tensor<2>>;
+    /// (`[B, units]` each) give the states after it; `dropout` masks the previous output where
+    /// the recurrent product reads it ([`Dropout::recurrent`]).
+    fn step(&self, projected: Tensor<2>, states: &[Tensor<2>], dropout: &[Tensor<2>]) -> Vec<Tensor<2>>;
+}
+
+/// The dropout masks of one call in training, drawn once for all its steps as Keras'
+/// `DropoutRNNCell` draws them (`0` or `1 / (1 - rate)`, from Burn's generator), each rate only
+/// when `0 < rate < 1`: one mask of the inputs `[B, in]` and one of the previous output
+/// `[B, units]`, or, where a gated cell has a `recurrent_dropout` (Keras then takes its
+/// `implementation=1`), one of each per gate block. Empty at inference.
+#[derive(Debug, Clone, Default)]
+pub struct Dropout {
+    pub inputs: Vec<Tensor<2>>,
+    pub recurrent: Vec<Tensor<2>>,
+}
+
+impl Dropout {
+    /// The masks of a call of `cell` on `x` (`[B, T, in]`); none unless `training`.
+    pub fn draw(cell: &(impl Cell + ?Sized), recurrence: &Recurrence, x: &Tensor<3>, training: bool) -> Self {
+        let [batch, _, width] = x.dims();
+        let per_gate = recurrence.recurrent_dropout > 0.0 && cell.gates() > 1;
+        let count = if per_gate { cell.gates() } else { 1 };
+        let draw = |rate: f64, width: usize| -> Vec<Tensor<2>> {
+            if !training || rate <= 0.0 || rate >= 1.0 {
+                return Vec::new();
+            }
+            let keep = Distribution::Bernoulli(1.0 - rate);
+            (0..count)
+                .map(|_| Tensor::<2>::random([batch, width], keep, &x.device()).mul_scalar(1.0 / (1.0 - rate)))
+                .collect()
+        };
+        Self { inputs: draw(recurrence.dropout, width), recurrent: draw(recurrence.recurrent_dropout, cell.units()) }
+    }
 }
 
 /// The outputs of a run: every step's output in the order the steps ran, and the final states.
@@ -89,11 +124,12 @@ pub fn run(
     x: Tensor<3>,
     keep: Option<Tensor<2, Bool>>,
     initial: Vec<Tensor<2>>,
+    dropout: &Dropout,
 ) -> Run {
     let [batch, steps, _] = x.dims();
     let units = cell.units();
     let device = x.device();
-    let projected = cell.project(x); // [B, T, G·u]
+    let projected = cell.project(x, &dropout.inputs); // [B, T, G·u]
     let width = projected.dims()[2];
     let order: Vec<usize> = if recurrence.go_backwards { (0..steps).rev().collect() } else { (0..steps).collect() };
     let zeros = Tensor::<2>::zeros([batch, units], &device); // [B, u]
@@ -101,7 +137,7 @@ pub fn run(
     let mut outputs = Vec::with_capacity(steps);
     for t in order {
         let inputs = projected.clone().slice([0..batch, t..t + 1]).reshape([batch, width]); // [B, G·u]
-        let new_states = cell.step(inputs, &states);
+        let new_states = cell.step(inputs, &states, &dropout.recurrent);
         let new_output = new_states[0].clone(); // [B, u]
         match &keep {
             None => (states, output) = (new_states, new_output),
@@ -123,11 +159,11 @@ pub fn run(
 /// `initial_state`; returns the output (with the sequences' mask where it returns sequences)
 /// and, with `return_state`, the final states.
 pub fn call(cell: &impl Cell, recurrence: &Recurrence, call: &Call) -> Result<Vec<Value>> {
-    refuse_training_dropout(recurrence, call)?;
     let x = call.tensor(0, "sequences")?.tensor.rank_n::<3>("recurrent layer sequences [B, T, features]")?;
     let initial = initial_states(call, cell.state_count(), |_| cell.units(), &x)?;
     let keep = call_keep(call)?;
-    let run = run(cell, recurrence, x, keep, initial);
+    let dropout = Dropout::draw(cell, recurrence, &x, call.training);
+    let run = run(cell, recurrence, x, keep, initial, &dropout);
     let output = output(&run, recurrence.return_sequences).ok_or_else(|| call.error("a sequence of no steps"))?;
     let [batch, _, units] = output.dims();
     let output = match recurrence.return_sequences {
@@ -139,17 +175,6 @@ pub fn call(cell: &impl Cell, recurrence: &Recurrence, call: &Call) -> Result<Ve
         values.extend(run.states.into_iter().map(|state| Value::float(DynTensor::from(state))));
     }
     Ok(values)
-}
-
-/// Dropout of a recurrent layer is drawn only in training, which is not implemented.
-pub fn refuse_training_dropout(recurrence: &Recurrence, call: &Call) -> Result<()> {
-    if call.training && (recurrence.dropout > 0.0 || recurrence.recurrent_dropout > 0.0) {
-        return Err(call.error(format!(
-            "dropout={} and recurrent_dropout={} in training are not implemented (inference is exact)",
-            recurrence.dropout, recurrence.recurrent_dropout
-        )));
-    }
-    Ok(())
 }
 
 /// The call's mask as the steps to keep, `[B, T]`.
@@ -227,6 +252,46 @@ pub fn cell_variables(
         .collect()
 }
 
+/// `x W + b` for every step of `x` (`[B, T, in]`, `W: [in, G·u]`, `b: [G·u]`): `[B, T, G·u]`,
+/// with the inputs' dropout masks: none, one for every gate, or one per gate block of `units`.
+pub fn project_dropped(
+    x: Tensor<3>,
+    kernel: Tensor<2>,
+    bias: Option<Tensor<1>>,
+    masks: &[Tensor<2>],
+    units: usize,
+) -> Tensor<3> {
+    let dropped = |m: &Tensor<2>| x.clone() * m.clone().unsqueeze_dim::<3>(1); // [B, T, in]
+    match masks {
+        [] => project(x, kernel, bias),
+        [mask] => project(dropped(mask), kernel, bias),
+        per_gate => {
+            let [input, _] = kernel.dims();
+            let blocks = per_gate.iter().enumerate().map(|(k, mask)| {
+                let columns = k * units..(k + 1) * units;
+                let bias = bias.clone().map(|b| b.slice([columns.clone()]));
+                project(dropped(mask), kernel.clone().slice([0..input, columns]), bias) // [B, T, u]
+            });
+            Tensor::cat(blocks.collect(), 2) // [B, T, G·u]
+        }
+    }
+}
+
+/// `h R` (`R: [u, G·u]`) with the recurrent dropout masks of `h`: none, one, or one per gate block.
+pub fn recurrent_product(h: Tensor<2>, kernel: Tensor<2>, masks: &[Tensor<2>], units: usize) -> Tensor<2> {
+    match masks {
+        [] => h.matmul(kernel),
+        [mask] => (h * mask.clone()).matmul(kernel),
+        per_gate => {
+            let [rows, _] = kernel.dims();
+            let blocks = per_gate.iter().enumerate().map(|(k, mask)| {
+                (h.clone() * mask.clone()).matmul(kernel.clone().slice([0..rows, k * units..(k + 1) * units])) // [B, u]
+            });
+            Tensor::cat(blocks.collect(), 1) // [B, G·u]
+        }
+    }
+}
+
 /// `x W + b` for every step of `x` (`[B, T, in]`, `W: [in, G·u]`, `b: [G·u]`): `[B, T, G·u]`.
 pub fn project(x: Tensor<3>, kernel: Tensor<2>, bias: Option<Tensor<1>>) -> Tensor<3> {
     let [batch, steps, input] = x.dims();
@@ -277,8 +342,9 @@ impl TorchRecurrent<'_> {
     /// torch's module of the same function, where there is one.
     fn native(&self, masked_calls: bool) -> Option<&'static str> {
         let gated = self.activation == Activation::Tanh && self.recurrent_activation == Some(Activation::Sigmoid);
+        let dropout = self.recurrence.dropout > 0.0 || self.recurrence.recurrent_dropout > 0.0;
         match self.cell {
-            _ if masked_calls => None,
+            _ if masked_calls || dropout => None, // torch's own modules mask nothing, drop nothing Keras drops
             "lstm" if gated => Some("LSTM"),
             "gru" if gated && self.reset_after => Some("GRU"),
             "simple_rnn" if matches!(self.activation, Activation::Tanh | Activation::Relu) => Some("RNN"),
@@ -322,6 +388,11 @@ impl TorchRecurrent<'_> {
         ] {
             if value != default && (name != "reset_after" || self.cell == "gru") {
                 arguments.push(format!("{name}={}", py_bool(value)));
+            }
+        }
+        for (name, rate) in [("dropout", r.dropout), ("recurrent_dropout", r.recurrent_dropout)] {
+            if rate != 0.0 {
+                arguments.push(format!("{name}={}", crate::torch::py_float(rate)));
             }
         }
         format!("Recurrent({})", arguments.join(", "))

@@ -92,12 +92,18 @@ impl Cell for SimpleRnn {
         self.recurrent_kernel.dims()[0]
     }
 
-    fn project(&self, x: Tensor<3>) -> Tensor<3> {
-        recurrent::project(x, self.kernel.val(), self.bias.as_ref().map(|b| b.val())) // [B, T, u]
+    fn gates(&self) -> usize {
+        1
     }
 
-    fn step(&self, projected: Tensor<2>, states: &[Tensor<2>]) -> Vec<Tensor<2>> {
+    fn project(&self, x: Tensor<3>, dropout: &[Tensor<2>]) -> Tensor<3> {
+        let bias = self.bias.as_ref().map(|b| b.val());
+        recurrent::project_dropped(x, self.kernel.val(), bias, dropout, self.units()) // [B, T, u]
+    }
+
+    fn step(&self, projected: Tensor<2>, states: &[Tensor<2>], dropout: &[Tensor<2>]) -> Vec<Tensor<2>> {
         let h = states[0].clone(); // [B, u]
-        vec![activate(self.activation, projected + h.matmul(self.recurrent_kernel.val()))] // [B, u]
+        let recurrent = recurrent::recurrent_product(h, self.recurrent_kernel.val(), dropout, self.units()); // [B, u]
+        vec![activate(self.activation, projected + recurrent)] // [B, u]
     }
 }

@@ -628,56 +628,75 @@ class Recurrent(torch.nn.Module):
     them, with its masks: a masked step keeps the states and repeats the previous output (zeros
     with zero_output_for_mask). The variables keep Keras' layout: kernel [in, gates * units],
     recurrent_kernel [units, gates * units], bias [gates * units] ([2, 3 * units] for a GRU with
-    reset_after: the input and the recurrent bias). Returns what the layer returns: every
-    step's output in the order run (return_sequences) or the last, then the states."""
+    reset_after: the input and the recurrent bias). In training, dropout and recurrent_dropout
+    draw one mask per call for all steps (one per gate block where a gated cell has a
+    recurrent_dropout), as Keras' DropoutRNNCell. Returns what the layer returns: every step's
+    output in the order run (return_sequences) or the last, then the states."""
 
     GATES = {"lstm": 4, "gru": 3, "simple_rnn": 1}
 
     def __init__(self, cell, input_size, units, activation="tanh", recurrent_activation="sigmoid",
                  use_bias=True, reset_after=True, return_sequences=False, return_state=False,
-                 go_backwards=False, zero_output_for_mask=False):
+                 go_backwards=False, zero_output_for_mask=False, dropout=0.0, recurrent_dropout=0.0):
         super().__init__()
         width = self.GATES[cell] * units
         self.cell, self.units, self.reset_after = cell, units, reset_after
         self.activation, self.recurrent_activation = ACTIVATIONS[activation], ACTIVATIONS[recurrent_activation]
         self.return_sequences, self.return_state = return_sequences, return_state
         self.go_backwards, self.zero_output_for_mask = go_backwards, zero_output_for_mask
+        self.dropout, self.recurrent_dropout = dropout, recurrent_dropout
         self.kernel = torch.nn.Parameter(torch.zeros(input_size, width))
         self.recurrent_kernel = torch.nn.Parameter(torch.zeros(units, width))
         bias_shape = (2, width) if cell == "gru" and reset_after else (width,)
         self.bias = torch.nn.Parameter(torch.zeros(bias_shape)) if use_bias else None
 
-    def step(self, x, states):
+    def masks(self, rate, shape, like):
+        """One call's dropout masks (0 or 1 / (1 - rate)), none outside training."""
+        if not self.training or not 0.0 < rate < 1.0:
+            return []
+        count = self.GATES[self.cell] if self.recurrent_dropout > 0.0 and self.cell != "simple_rnn" else 1
+        return [F.dropout(like.new_ones(shape), rate, True) for _ in range(count)]
+
+    def product(self, x, kernel, masks):
+        """x @ kernel with x's dropout masks: none, one, or one per gate block (on its columns)."""
+        if len(masks) <= 1:
+            return (x * masks[0] if masks else x) @ kernel
+        u = self.units
+        return torch.cat([(x * m) @ kernel[:, k * u : (k + 1) * u] for k, m in enumerate(masks)], dim=-1)
+
+    def step(self, x, states, masks):
         """One step: x [B, gates * units], this step's inputs times the kernel plus the input bias."""
         h, u, act, sigma = states[0], self.units, self.activation, self.recurrent_activation
         if self.cell == "lstm":
-            i, f, c, o = (x + h @ self.recurrent_kernel).split(u, dim=-1)
+            i, f, c, o = (x + self.product(h, self.recurrent_kernel, masks)).split(u, dim=-1)
             c = sigma(f) * states[1] + sigma(i) * act(c)
             return [sigma(o) * act(c), c]
         if self.cell == "simple_rnn":
-            return [act(x + h @ self.recurrent_kernel)]
+            return [act(x + self.product(h, self.recurrent_kernel, masks))]
         x_z, x_r, x_h = x.split(u, dim=-1)
         if self.reset_after:
-            inner = h @ self.recurrent_kernel + (self.bias[1] if self.bias is not None else 0.0)
+            inner = self.product(h, self.recurrent_kernel, masks) + (self.bias[1] if self.bias is not None else 0.0)
             h_z, h_r, h_h = inner.split(u, dim=-1)
             z, r = sigma(x_z + h_z), sigma(x_r + h_r)
             candidate = act(x_h + r * h_h)
         else:
-            h_z, h_r = (h @ self.recurrent_kernel[:, : 2 * u]).split(u, dim=-1)
+            h_z, h_r = self.product(h, self.recurrent_kernel[:, : 2 * u], masks[:2]).split(u, dim=-1)
             z, r = sigma(x_z + h_z), sigma(x_r + h_r)
-            candidate = act(x_h + (r * h) @ self.recurrent_kernel[:, 2 * u :])
+            candidate = act(x_h + (r * (h * masks[2] if masks else h)) @ self.recurrent_kernel[:, 2 * u :])
         return [z * h + (1 - z) * candidate]
 
     def forward(self, x, mask=None, initial_state=None):
         batch, steps = x.shape[0], x.shape[1]
-        projected = x @ self.kernel  # every step's inputs at once: [B, T, gates * units]
+        input_masks = [m[:, None] for m in self.masks(self.dropout, (batch, x.shape[-1]), x)]
+        recurrent_masks = self.masks(self.recurrent_dropout, (batch, self.units), x)
+        projected = self.product(x, self.kernel, input_masks)  # every step's inputs at once: [B, T, gates * units]
         if self.bias is not None:
             projected = projected + (self.bias[0] if self.bias.dim() == 2 else self.bias)
         count = 2 if self.cell == "lstm" else 1
         states = list(initial_state) if initial_state is not None else [x.new_zeros(batch, self.units)] * count
         output, outputs = x.new_zeros(batch, self.units), []
         for t in (range(steps - 1, -1, -1) if self.go_backwards else range(steps)):
-            new_states = self.step(projected[:, t], states)
+            new_states = self.step(projected[:, t], states, recurrent_masks)
             if mask is None:
                 states, output = new_states, new_states[0]
             else:
