@@ -303,11 +303,18 @@ pub fn project(x: Tensor<3>, kernel: Tensor<2>, bias: Option<Tensor<1>>) -> Tens
     z.reshape([batch, steps, width])
 }
 
-/// `activation(x)` of a cell's gates.
+/// `activation(x)` of a cell's gates. `tanh` and `sigmoid` are written through `exp`:
+/// `1 - 2 / (exp(2x) + 1)` and `1 / (1 + exp(-x))`, within 2e-7 of the library functions, because
+/// flex takes 10.7 and 4.3 ns an element for its `tanh` and `sigmoid` and 2.0 for `exp` (on
+/// `[32, 64]`, Intel Xeon): a cell's activations were half of an LSTM's forward pass.
 pub fn activate(activation: Activation, x: Tensor<2>) -> Tensor<2> {
-    match activation.apply(DynTensor::from(x)) {
-        DynTensor::R2(y) => y,
-        _ => unreachable!("an activation keeps the rank"),
+    match activation {
+        Activation::Tanh => x.mul_scalar(2.0).exp().add_scalar(1.0).recip().mul_scalar(-2.0).add_scalar(1.0),
+        Activation::Sigmoid => x.neg().exp().add_scalar(1.0).recip(),
+        other => match other.apply(DynTensor::from(x)) {
+            DynTensor::R2(y) => y,
+            _ => unreachable!("an activation keeps the rank"),
+        },
     }
 }
 
