@@ -192,9 +192,9 @@ impl KerasLayer for Bidirectional {
         let forward_dropout = Dropout::draw(forward_cell, &recurrence, &x, call.training);
         let backward_dropout = Dropout::draw(backward_cell, backward_recurrence, &x, call.training);
         let forward =
-            recurrent::run(forward_cell, &recurrence, x.clone(), keep.clone(), forward_initial.to_vec(), &forward_dropout);
+            recurrent::run(forward_cell, &recurrence, x.clone(), keep.clone(), forward_initial.to_vec(), &forward_dropout, call.training);
         let backward =
-            recurrent::run(backward_cell, backward_recurrence, x, keep, backward_initial.to_vec(), &backward_dropout);
+            recurrent::run(backward_cell, backward_recurrence, x, keep, backward_initial.to_vec(), &backward_dropout, call.training);
         let sequences = recurrence.return_sequences;
         let no_steps = || call.error("a sequence of no steps");
         let forward_output = recurrent::output(&forward, sequences).ok_or_else(no_steps)?; // [B, T|1, u]

@@ -117,7 +117,8 @@ pub struct Run {
 }
 
 /// Runs `cell` over the steps of `x` (`[B, T, in]`) from `initial` states, with `keep`
-/// (`[B, T]`, true = the step counts) where there is a mask.
+/// (`[B, T]`, true = the step counts) where there is a mask; `each_step` projects each step's
+/// inputs in the loop (for training) instead of all of them before it.
 pub fn run(
     cell: &(impl Cell + ?Sized),
     recurrence: &Recurrence,
@@ -125,18 +126,27 @@ pub fn run(
     keep: Option<Tensor<2, Bool>>,
     initial: Vec<Tensor<2>>,
     dropout: &Dropout,
+    each_step: bool,
 ) -> Run {
-    let [batch, steps, _] = x.dims();
+    let [batch, steps, features] = x.dims();
     let units = cell.units();
+    let width = cell.gates() * units;
     let device = x.device();
-    let projected = cell.project(x, &dropout.inputs); // [B, T, G·u]
-    let width = projected.dims()[2];
+    // At inference the inputs of all steps are projected by one product before the loop. Where
+    // gradients are taken, each step projects its own: the backward pass of a step's slice fills
+    // a zero tensor of the whole sliced tensor, and of `[B, T, G·u]` that was 4.4 MB a step, most
+    // of an LSTM(64)'s training step at `[32, 136, 4]`; of the inputs `[B, T, in]` it is small.
+    let projected = if each_step { None } else { Some(cell.project(x.clone(), &dropout.inputs)) }; // [B, T, G·u]
     let order: Vec<usize> = if recurrence.go_backwards { (0..steps).rev().collect() } else { (0..steps).collect() };
     let zeros = Tensor::<2>::zeros([batch, units], &device); // [B, u]
     let (mut states, mut output) = (initial, zeros.clone());
     let mut outputs = Vec::with_capacity(steps);
     for t in order {
-        let inputs = projected.clone().slice([0..batch, t..t + 1]).reshape([batch, width]); // [B, G·u]
+        let inputs = match &projected {
+            Some(projected) => projected.clone().slice([0..batch, t..t + 1]), // [B, 1, G·u]
+            None => cell.project(x.clone().slice([0..batch, t..t + 1, 0..features]), &dropout.inputs), // [B, 1, G·u]
+        }
+        .reshape([batch, width]); // [B, G·u]
         let new_states = cell.step(inputs, &states, &dropout.recurrent);
         let new_output = new_states[0].clone(); // [B, u]
         match &keep {
@@ -163,7 +173,7 @@ pub fn call(cell: &impl Cell, recurrence: &Recurrence, call: &Call) -> Result<Ve
     let initial = initial_states(call, cell.state_count(), |_| cell.units(), &x)?;
     let keep = call_keep(call)?;
     let dropout = Dropout::draw(cell, recurrence, &x, call.training);
-    let run = run(cell, recurrence, x, keep, initial, &dropout);
+    let run = run(cell, recurrence, x, keep, initial, &dropout, call.training);
     let output = output(&run, recurrence.return_sequences).ok_or_else(|| call.error("a sequence of no steps"))?;
     let [batch, _, units] = output.dims();
     let output = match recurrence.return_sequences {
