@@ -935,8 +935,14 @@ def zoo_bidirectional():
                                                          reset_after=False, activation="relu"),
                                name="bi_ave_own_backward")(masked)
     initial = layers.Bidirectional(layers.LSTM(2), name="bi_initial")(masked, initial_state=states)
-    model = keras.Model(frames, [pooled, summed, separate[0], separate[1], mul, *states, ave, initial],
-                        name="zoo_bidirectional")
+    # Unmasked: torch's own bidirectional modules.
+    plain_concat = layers.Bidirectional(layers.LSTM(2, return_sequences=True), name="bi_plain_concat")(frames)
+    plain_ave = layers.Bidirectional(layers.GRU(2, return_sequences=True), merge_mode="ave",
+                                     name="bi_plain_gru_ave")(frames)
+    plain_rnn = layers.Bidirectional(layers.SimpleRNN(2, activation="relu"), merge_mode=None,
+                                     name="bi_plain_rnn_none")(frames)
+    model = keras.Model(frames, [pooled, summed, separate[0], separate[1], mul, *states, ave, initial,
+                                 plain_concat, plain_ave, *plain_rnn], name="zoo_bidirectional")
     randomise(model, rng)
     frames_value = rng.normal(size=(3, 6, 3)).astype(np.float32)
     frames_value[0, 4:] = 0.0   # trailing padding
@@ -945,7 +951,8 @@ def zoo_bidirectional():
     write_model("zoo_bidirectional", model, {"frames": frames_value},
                 "Bidirectional around LSTM, GRU and SimpleRNN: merge modes concat, sum, None, mul, ave; "
                 "return_sequences and not; return_state; a backward_layer of its own (reset_after=False, "
-                "relu); initial_state; masks from Masking at interior, trailing and first steps")
+                "relu); initial_state; masks from Masking at interior, trailing and first steps; unmasked ones "
+                "(torch's own bidirectional modules)")
 
 
 def zoo_time_distributed():

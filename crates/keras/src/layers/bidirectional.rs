@@ -13,7 +13,9 @@
 //!   `Bidirectional.compute_mask` says.
 //!
 //! The two layers' variables are saved under `forward_layer/cell` and `backward_layer/cell`.
-//! torch: the prelude's `Bidirectional` around two `Recurrent`s (Keras' loop written out).
+//! torch: `nn.LSTM` / `nn.GRU` / `nn.RNN` with `bidirectional=True` where each direction is
+//! torch's own module (no mask, no dropout, the default activations), else the prelude's
+//! `Bidirectional` around two `Recurrent`s (Keras' loop written out).
 
 use burn::module::Module;
 use burn::tensor::Tensor;
@@ -238,6 +240,20 @@ impl KerasLayer for Bidirectional {
     }
 
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
+        if let Some(class) = self.native(module.masked_calls) {
+            let forward = self.forward.torch();
+            module.construct(forward.native_constructor(class, true));
+            let recurrence = self.forward.recurrence();
+            if !(recurrence.return_sequences && self.merge_mode == MergeMode::Concat) {
+                module.untraced(); // its first output is both directions' every step
+            }
+            for (suffix, direction) in [("", &self.forward), ("_reverse", &self.backward)] {
+                for (name, tensor) in direction.torch().native_state(suffix) {
+                    module.tensor(&name, tensor);
+                }
+            }
+            return Ok(());
+        }
         let mut arguments = vec![
             self.forward.torch().prelude_constructor(),
             self.backward.torch().prelude_constructor(),
@@ -255,6 +271,9 @@ impl KerasLayer for Bidirectional {
     }
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
+        if let Some(class) = self.native(call.masked_calls) {
+            return self.native_call(class, call);
+        }
         let x = call.input()?;
         let i = call.index;
         let recurrence = self.forward.recurrence();
@@ -285,5 +304,83 @@ impl KerasLayer for Bidirectional {
             }
         }
         Ok(format!("Bidirectional({})", self.merge_mode.keras_name()))
+    }
+}
+
+impl Bidirectional {
+    /// torch's own bidirectional module where it computes the same: each direction torch's own
+    /// module (no mask, no dropout, the default activations), the backward layer the forward
+    /// one's kind and width going backwards (torch puts its outputs back in time order, as Keras
+    /// flips them).
+    fn native(&self, masked_calls: bool) -> Option<&'static str> {
+        let (forward, backward) = (self.forward.torch(), self.backward.torch());
+        let class = forward.native(masked_calls)?;
+        let same = backward.native(masked_calls) == Some(class)
+            && forward.cell == backward.cell
+            && forward.units() == backward.units()
+            && forward.activation == backward.activation
+            && forward.bias.is_some() == backward.bias.is_some();
+        let directions = !self.forward.recurrence().go_backwards && self.backward.recurrence().go_backwards;
+        (same && directions).then_some(class)
+    }
+
+    /// The statements of a call of torch's bidirectional module: the outputs of both directions
+    /// (every step's, `y[..., :u]` and `y[..., u:]`, or the final states `h[0]` and `h[1]`),
+    /// merged as Keras merges them, then the states forward then backward.
+    fn native_call(&self, class: &str, call: &mut TorchCall) -> Result<String> {
+        let x = call.input()?;
+        let i = call.index;
+        let recurrence = self.forward.recurrence();
+        let units = self.forward.cell().units();
+        let lstm = class == "LSTM";
+        let initial = call.kwarg("initial_state").or_else(|| call.node.args.get(1)).map(|arg| arg.ports());
+        let initial = match initial {
+            None => String::new(),
+            Some(ports) => {
+                let names: Vec<String> = ports.into_iter().map(var).collect();
+                match (lstm, &names[..]) {
+                    (true, [h_f, c_f, h_b, c_b]) => {
+                        format!(", (torch.stack([{h_f}, {h_b}]), torch.stack([{c_f}, {c_b}]))")
+                    }
+                    (false, [h_f, h_b]) => format!(", torch.stack([{h_f}, {h_b}])"),
+                    _ => return Err(call.refuse(format!("initial_state of {} tensors", names.len()))),
+                }
+            }
+        };
+        call.line(format!("y{i}, s{i} = self.{}({x}{initial})", call.attr));
+        let h = if lstm { format!("s{i}[0]") } else { format!("s{i}") };
+        let (forward, backward) = match recurrence.return_sequences {
+            true => (format!("y{i}[..., :{units}]"), format!("y{i}[..., {units}:]")),
+            false => (format!("{h}[0]"), format!("{h}[1]")),
+        };
+        let merged = match (self.merge_mode, recurrence.return_sequences) {
+            (MergeMode::Concat, true) => vec![format!("y{i}")],
+            (MergeMode::Concat, false) => vec![format!("torch.cat([{forward}, {backward}], dim=-1)")],
+            (MergeMode::Sum, _) => vec![format!("{forward} + {backward}")],
+            (MergeMode::Mul, _) => vec![format!("{forward} * {backward}")],
+            (MergeMode::Ave, _) => vec![format!("({forward} + {backward}) / 2")],
+            (MergeMode::Separate, _) => vec![forward, backward],
+        };
+        let mask = call.previous_mask();
+        let mut values = merged;
+        if recurrence.return_state {
+            let states: &[String] = if lstm {
+                &[format!("s{i}[0][0]"), format!("s{i}[1][0]"), format!("s{i}[0][1]"), format!("s{i}[1][1]")]
+            } else {
+                &[format!("s{i}[0]"), format!("s{i}[1]")]
+            };
+            values.extend(states.iter().cloned());
+        }
+        if values.len() == 1 {
+            call.assign(&values[0], &mask);
+        } else {
+            let names: Vec<String> =
+                std::iter::once(format!("x{i}")).chain((1..values.len()).map(|k| format!("x{i}_{k}"))).collect();
+            call.line(format!("{} = {}", names.join(", "), values.join(", ")));
+            if call.masked() {
+                call.line(format!("m{i} = {mask}"));
+            }
+        }
+        Ok(format!("nn.{class}(bidirectional=True)"))
     }
 }

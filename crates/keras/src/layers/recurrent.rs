@@ -352,12 +352,12 @@ pub struct TorchRecurrent<'a> {
 }
 
 impl TorchRecurrent<'_> {
-    fn units(&self) -> usize {
+    pub fn units(&self) -> usize {
         self.recurrent_kernel.shape[0]
     }
 
     /// torch's module of the same function, where there is one.
-    fn native(&self, masked_calls: bool) -> Option<&'static str> {
+    pub fn native(&self, masked_calls: bool) -> Option<&'static str> {
         let gated = self.activation == Activation::Tanh && self.recurrent_activation == Some(Activation::Sigmoid);
         let dropout = self.recurrence.dropout > 0.0 || self.recurrence.recurrent_dropout > 0.0;
         match self.cell {
@@ -426,8 +426,6 @@ impl TorchRecurrent<'_> {
 
     /// The layer's attribute and its state dict.
     pub fn module(&self, module: &mut TorchModule) -> Result<()> {
-        let (input, units) = (self.kernel.shape[0], self.units());
-        let bias = py_bool(self.bias.is_some());
         let Some(class) = self.native(module.masked_calls) else {
             module.construct(self.prelude_constructor());
             for (name, tensor) in self.prelude_state() {
@@ -435,29 +433,48 @@ impl TorchRecurrent<'_> {
             }
             return Ok(());
         };
+        module.construct(self.native_constructor(class, false));
+        if !self.recurrence.return_sequences {
+            module.untraced(); // its first output is every step's, the layer's the last
+        }
+        for (name, tensor) in self.native_state("") {
+            module.tensor(&name, tensor);
+        }
+        Ok(())
+    }
+
+    /// `torch.nn.<class>(...)` for this layer, both directions in one with `bidirectional`.
+    pub fn native_constructor(&self, class: &str, bidirectional: bool) -> String {
+        let (input, units) = (self.kernel.shape[0], self.units());
         let nonlinearity = match (class, self.activation) {
             ("RNN", Activation::Relu) => ", nonlinearity=\"relu\"",
             _ => "",
         };
-        module.construct(format!("torch.nn.{class}({input}, {units}, batch_first=True, bias={bias}{nonlinearity})"));
-        if !self.recurrence.return_sequences {
-            module.untraced(); // its first output is every step's, the layer's the last
-        }
-        module.tensor("weight_ih_l0", self.torch_blocks(&self.kernel));
-        module.tensor("weight_hh_l0", self.torch_blocks(&self.recurrent_kernel));
+        let both = if bidirectional { ", bidirectional=True" } else { "" };
+        let bias = py_bool(self.bias.is_some());
+        format!("torch.nn.{class}({input}, {units}, batch_first=True, bias={bias}{nonlinearity}{both})")
+    }
+
+    /// torch's state dict of the layer as one direction of a torch module (`suffix` `""` or
+    /// `"_reverse"`): the kernels transposed in torch's gate order, Keras' one bias as torch's
+    /// input bias and the recurrent one zero (a GRU's: Keras' second row).
+    pub fn native_state(&self, suffix: &str) -> Vec<(String, HostTensor)> {
+        let mut state = vec![
+            (format!("weight_ih_l0{suffix}"), self.torch_blocks(&self.kernel)),
+            (format!("weight_hh_l0{suffix}"), self.torch_blocks(&self.recurrent_kernel)),
+        ];
         if let Some(b) = &self.bias {
             let width = b.shape[b.shape.len() - 1];
-            // Keras' one bias is torch's input bias, its recurrent one zero (GRU: Keras' second row).
             let rows = if b.shape.len() == 2 {
                 b.clone()
             } else {
                 HostTensor::new(vec![2, width], [b.data.clone(), vec![0.0; width]].concat())
             };
             let blocks = self.torch_blocks(&rows).transposed(); // [2, G·u] in torch's order
-            module.tensor("bias_ih_l0", HostTensor::new(vec![width], blocks.data[..width].to_vec()));
-            module.tensor("bias_hh_l0", HostTensor::new(vec![width], blocks.data[width..].to_vec()));
+            state.push((format!("bias_ih_l0{suffix}"), HostTensor::new(vec![width], blocks.data[..width].to_vec())));
+            state.push((format!("bias_hh_l0{suffix}"), HostTensor::new(vec![width], blocks.data[width..].to_vec())));
         }
-        Ok(())
+        state
     }
 
     /// The statements of one call.
