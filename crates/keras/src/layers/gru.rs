@@ -53,9 +53,7 @@ impl KerasLayer for Gru {
         layer.args.take_bool("use_cudnn", false)?; // the same values where cuDNN runs
         let recurrence = Recurrence::take(layer)?;
         let mut vars = layer.vars_in("cell")?;
-        let kernel = vars.next("kernel", &[None, Some(3 * units)])?.to_tensor("kernel", layer.device)?;
-        let recurrent_kernel =
-            vars.next("recurrent_kernel", &[Some(units), Some(3 * units)])?.to_tensor("recurrent_kernel", layer.device)?;
+        let (kernel, recurrent_kernel) = recurrent::read_kernels(&mut vars, 3, units, layer.device)?;
         let bias = match (use_bias, reset_after) {
             (false, _) => None,
             (true, true) => Some(vars.next("bias", &[Some(2), Some(3 * units)])?.to_tensor::<2>("bias", layer.device)?),
@@ -66,8 +64,8 @@ impl KerasLayer for Gru {
         };
         vars.finish()?;
         Ok(Self {
-            kernel: Param::from_tensor(kernel),
-            recurrent_kernel: Param::from_tensor(recurrent_kernel),
+            kernel,
+            recurrent_kernel,
             bias: bias.map(Param::from_tensor),
             reset_after,
             activation,
@@ -85,8 +83,7 @@ impl KerasLayer for Gru {
             let bias = HostTensor::from_tensor(b.val());
             if self.reset_after { bias } else { bias.reshaped(vec![3 * self.units()]) }
         });
-        let (kernel, recurrent_kernel) = (HostTensor::from_tensor(self.kernel.val()), HostTensor::from_tensor(self.recurrent_kernel.val()));
-        recurrent::cell_variables("gru_cell", kernel, recurrent_kernel, bias)
+        recurrent::cell_variables("gru_cell", &self.kernel, &self.recurrent_kernel, bias)
     }
 
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {

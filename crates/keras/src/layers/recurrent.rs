@@ -13,7 +13,8 @@
 //! `return_state` adds the final states. The mask goes on with the sequences, unchanged (also
 //! with `go_backwards`), and nowhere else (`RNN.compute_mask`).
 
-use burn::tensor::{Bool, Distribution, Tensor};
+use burn::module::Param;
+use burn::tensor::{Bool, Device, Distribution, Tensor};
 
 use super::{Build, Call, Variable};
 use crate::activation::Activation;
@@ -21,6 +22,8 @@ use crate::torch::{TorchCall, TorchModule, activation_name, py_bool, var};
 use crate::value::{DynTensor, Value};
 use model::error::Result;
 use model::weights::HostTensor;
+
+use crate::saved::VarReader;
 
 /// `keras.layers.RNN`'s arguments, as every recurrent layer takes them.
 #[derive(Debug, Clone, Copy)]
@@ -245,14 +248,43 @@ pub fn take_recurrent_activation(layer: &mut Build) -> Result<Activation> {
     Activation::from_keras(&value).map_err(|e| layer.args.error(format!("recurrent_activation: {e}")))
 }
 
+/// A cell's two kernels as Keras saves them in the layer's `cell` group: `kernel [in, G·u]`
+/// and `recurrent_kernel [u, G·u]`.
+pub fn read_kernels(
+    vars: &mut VarReader,
+    gates: usize,
+    units: usize,
+    device: &Device,
+) -> Result<(Param<Tensor<2>>, Param<Tensor<2>>)> {
+    let kernel = vars.next("kernel", &[None, Some(gates * units)])?.to_tensor("kernel", device)?;
+    let recurrent =
+        vars.next("recurrent_kernel", &[Some(units), Some(gates * units)])?.to_tensor("recurrent_kernel", device)?;
+    Ok((Param::from_tensor(kernel), Param::from_tensor(recurrent)))
+}
+
+/// A cell's bias `[width]`, where it has one.
+pub fn read_bias(
+    vars: &mut VarReader,
+    use_bias: bool,
+    width: usize,
+    device: &Device,
+) -> Result<Option<Param<Tensor<1>>>> {
+    match use_bias {
+        true => Ok(Some(Param::from_tensor(vars.next("bias", &[Some(width)])?.to_tensor("bias", device)?))),
+        false => Ok(None),
+    }
+}
+
 /// A cell's variables as Keras lists them (`<cell>/kernel`, `<cell>/recurrent_kernel`,
 /// `<cell>/bias`) and saves them, in the layer's `cell` group.
 pub fn cell_variables(
     cell: &str,
-    kernel: HostTensor,
-    recurrent_kernel: HostTensor,
+    kernel: &Param<Tensor<2>>,
+    recurrent_kernel: &Param<Tensor<2>>,
     bias: Option<HostTensor>,
 ) -> Vec<Variable> {
+    let (kernel, recurrent_kernel) =
+        (HostTensor::from_tensor(kernel.val()), HostTensor::from_tensor(recurrent_kernel.val()));
     let named = [("kernel", Some(kernel)), ("recurrent_kernel", Some(recurrent_kernel)), ("bias", bias)];
     named
         .into_iter()

@@ -35,17 +35,12 @@ impl KerasLayer for SimpleRnn {
         let use_bias = layer.args.take_bool("use_bias", true)?;
         let recurrence = Recurrence::take(layer)?;
         let mut vars = layer.vars_in("cell")?;
-        let kernel = vars.next("kernel", &[None, Some(units)])?.to_tensor("kernel", layer.device)?;
-        let recurrent_kernel =
-            vars.next("recurrent_kernel", &[Some(units), Some(units)])?.to_tensor("recurrent_kernel", layer.device)?;
-        let bias = match use_bias {
-            true => Some(Param::from_tensor(vars.next("bias", &[Some(units)])?.to_tensor("bias", layer.device)?)),
-            false => None,
-        };
+        let (kernel, recurrent_kernel) = recurrent::read_kernels(&mut vars, 1, units, layer.device)?;
+        let bias = recurrent::read_bias(&mut vars, use_bias, units, layer.device)?;
         vars.finish()?;
         Ok(Self {
-            kernel: Param::from_tensor(kernel),
-            recurrent_kernel: Param::from_tensor(recurrent_kernel),
+            kernel,
+            recurrent_kernel,
             bias,
             activation,
             recurrence,
@@ -58,8 +53,7 @@ impl KerasLayer for SimpleRnn {
 
     fn variables(&self) -> Vec<Variable> {
         let bias = self.bias.as_ref().map(|b| HostTensor::from_tensor(b.val()));
-        let (kernel, recurrent_kernel) = (HostTensor::from_tensor(self.kernel.val()), HostTensor::from_tensor(self.recurrent_kernel.val()));
-        recurrent::cell_variables("simple_rnn_cell", kernel, recurrent_kernel, bias)
+        recurrent::cell_variables("simple_rnn_cell", &self.kernel, &self.recurrent_kernel, bias)
     }
 
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
