@@ -1,5 +1,5 @@
 """Small versions of keras.io's attention examples, written by the real Keras, for the flattener's
-and the converter's tests.
+and the converter's tests (and `masked_pooling`, a case of the flattener's own).
 
 Run from the repository root (keras 3.15.1 on tensorflow-cpu):
 
@@ -34,6 +34,7 @@ EXAMPLES = {
     "english_to_spanish": (5, 3, ["--shape", "encoder_inputs=9"]),
     "object_detection_vit": (7, 2, []),
     "mobilevit": (8, 2, []),
+    "masked_pooling": (9, 3, []),  # not keras.io's: a custom compute_mask read by built-in layers
 }
 
 # Examples whose custom layers the flattener must keep (and `convert` refuse), with the reason.
