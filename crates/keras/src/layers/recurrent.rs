@@ -2,9 +2,11 @@
 //! steps, as keras 3.15 runs it on TensorFlow (`backend.rnn`, `unroll=False`; cuDNN only on a
 //! GPU), for `LSTM`, `GRU` and `SimpleRNN` (`lstm.rs`, `gru.rs`, `simple_rnn.rs`).
 //!
-//! The loop: the inputs of every step are projected by the cell's kernel at once (one product,
-//! `[B, T, in] x [in, gates · units]`), then the steps run in order (reversed with
-//! `go_backwards`), each adding the recurrent product. With a mask (`[B, T]`, from `Masking` or
+//! The loop: at inference the inputs of every step are projected by the cell's kernel at once
+//! (one product, `[B, T, in] x [in, gates · units]`; in training each step projects its own, see
+//! [`run`]), then the steps run in order (reversed with `go_backwards`), each adding the
+//! recurrent product. In training, `dropout` and `recurrent_dropout` draw their masks once per
+//! call ([`Dropout`]). With a mask (`[B, T]`, from `Masking` or
 //! `Embedding(mask_zero=True)`, any steps, interior ones included), a masked step keeps every
 //! state as it was and outputs the previous step's output (zeros before the first), or zeros
 //! with `zero_output_for_mask` (which `Bidirectional` sets when it returns sequences). The
@@ -18,12 +20,11 @@ use burn::tensor::{Bool, Device, Distribution, Tensor};
 
 use super::{Build, Call, Variable};
 use crate::activation::Activation;
+use crate::saved::VarReader;
 use crate::torch::{TorchCall, TorchModule, activation_name, py_bool, var};
 use crate::value::{DynTensor, Value};
 use model::error::Result;
 use model::weights::HostTensor;
-
-use crate::saved::VarReader;
 
 /// `keras.layers.RNN`'s arguments, as every recurrent layer takes them.
 #[derive(Debug, Clone, Copy)]
