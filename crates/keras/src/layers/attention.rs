@@ -198,19 +198,15 @@ pub fn torch_attention_call(call: &mut TorchCall) -> Result<()> {
         _ => (call.mask_of(query), call.mask_of(value)),
     };
     let (causal, scores) = (call.flag("use_causal_mask"), call.flag("return_attention_scores"));
-    let i = call.index;
-    let outputs = if scores { format!("x{i}, x{i}_1") } else { format!("x{i}") };
-    call.line(format!(
-        "{outputs} = self.{}({}, {}, {}, {query_mask}, {value_mask}, use_causal_mask={}, return_attention_scores={})",
+    let invocation = format!(
+        "self.{}({}, {}, {}, {query_mask}, {value_mask}, use_causal_mask={}, return_attention_scores={})",
         call.attr,
         var(query),
         var(value),
         var(key),
         py_bool(causal),
         py_bool(scores)
-    ));
-    if call.masked() {
-        call.line(format!("m{i} = {query_mask}"));
-    }
+    );
+    call.assign_outputs(if scores { 2 } else { 1 }, &invocation, &query_mask);
     Ok(())
 }

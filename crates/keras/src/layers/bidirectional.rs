@@ -28,7 +28,7 @@ use super::simple_rnn::SimpleRnn;
 use super::{Build, Call, KerasLayer, Variable};
 use crate::config::LayerArgs;
 use crate::graph::LayerSpec;
-use crate::torch::{TorchCall, TorchModule, var};
+use crate::torch::{TorchCall, TorchModule};
 use crate::value::{DynTensor, Value};
 use model::error::Result;
 
@@ -275,33 +275,15 @@ impl KerasLayer for Bidirectional {
             return self.native_call(class, call);
         }
         let x = call.input()?;
-        let i = call.index;
         let recurrence = self.forward.recurrence();
-        let mut arguments = vec![x];
-        let call_mask = call.call_mask();
-        let initial = call.kwarg("initial_state").or_else(|| call.node.args.get(1)).map(|arg| arg.ports());
-        if call_mask != "None" || initial.is_some() {
-            arguments.push(call_mask);
-        }
-        if let Some(ports) = initial {
-            arguments.push(format!("[{}]", ports.into_iter().map(var).collect::<Vec<_>>().join(", ")));
-        }
-        let invocation = format!("self.{}({})", call.attr, arguments.join(", "));
+        let state_count = self.forward.cell().state_count() + self.backward.cell().state_count();
+        let invocation = recurrent::prelude_invocation(call, x, recurrent::initial_state_vars(call, state_count)?);
+        let states = if recurrence.return_state { state_count } else { 0 };
         let outputs = if self.merge_mode == MergeMode::Separate { 2 } else { 1 };
-        let states = if recurrence.return_state {
-            self.forward.cell().state_count() + self.backward.cell().state_count()
-        } else {
-            0
-        };
         let mask = call.previous_mask();
-        if outputs + states == 1 {
-            call.assign(&invocation, &mask);
-        } else {
-            let names: Vec<String> = std::iter::once(format!("x{i}")).chain((1..outputs + states).map(|k| format!("x{i}_{k}"))).collect();
-            call.line(format!("{} = {invocation}", names.join(", ")));
-            if call.masked() {
-                call.line(format!("m{i} = {mask}"));
-            }
+        match outputs + states {
+            1 => call.assign(&invocation, &mask),
+            count => call.assign_outputs(count, &invocation, &mask),
         }
         Ok(format!("Bidirectional({})", self.merge_mode.keras_name()))
     }
@@ -333,19 +315,11 @@ impl Bidirectional {
         let recurrence = self.forward.recurrence();
         let units = self.forward.cell().units();
         let lstm = class == "LSTM";
-        let initial = call.kwarg("initial_state").or_else(|| call.node.args.get(1)).map(|arg| arg.ports());
-        let initial = match initial {
+        let initial = match recurrent::initial_state_vars(call, if lstm { 4 } else { 2 })?.as_deref() {
             None => String::new(),
-            Some(ports) => {
-                let names: Vec<String> = ports.into_iter().map(var).collect();
-                match (lstm, &names[..]) {
-                    (true, [h_f, c_f, h_b, c_b]) => {
-                        format!(", (torch.stack([{h_f}, {h_b}]), torch.stack([{c_f}, {c_b}]))")
-                    }
-                    (false, [h_f, h_b]) => format!(", torch.stack([{h_f}, {h_b}])"),
-                    _ => return Err(call.refuse(format!("initial_state of {} tensors", names.len()))),
-                }
-            }
+            Some([h_f, c_f, h_b, c_b]) => format!(", (torch.stack([{h_f}, {h_b}]), torch.stack([{c_f}, {c_b}]))"),
+            Some([h_f, h_b]) => format!(", torch.stack([{h_f}, {h_b}])"),
+            Some(_) => unreachable!("initial_state_vars checked the count"),
         };
         call.line(format!("y{i}, s{i} = self.{}({x}{initial})", call.attr));
         let h = if lstm { format!("s{i}[0]") } else { format!("s{i}") };
@@ -371,15 +345,9 @@ impl Bidirectional {
             };
             values.extend(states.iter().cloned());
         }
-        if values.len() == 1 {
-            call.assign(&values[0], &mask);
-        } else {
-            let names: Vec<String> =
-                std::iter::once(format!("x{i}")).chain((1..values.len()).map(|k| format!("x{i}_{k}"))).collect();
-            call.line(format!("{} = {}", names.join(", "), values.join(", ")));
-            if call.masked() {
-                call.line(format!("m{i} = {mask}"));
-            }
+        match values.len() {
+            1 => call.assign(&values[0], &mask),
+            count => call.assign_outputs(count, &values.join(", "), &mask),
         }
         Ok(format!("nn.{class}(bidirectional=True)"))
     }

@@ -163,8 +163,6 @@ impl KerasLayer for MultiHeadAttention {
             .map_err(|e| call.refuse(e))?;
         let causal = call.flag("use_causal_mask");
         let scores = call.flag("return_attention_scores");
-        let i = call.index;
-        let outputs = if scores { format!("x{i}, x{i}_1") } else { format!("x{i}") };
         // The call as a user would write it: the query and value, then only what is not a default.
         let mut arguments = vec![var(query), var(value)];
         let mut keyword = |name: &str, value: String| {
@@ -184,10 +182,8 @@ impl KerasLayer for MultiHeadAttention {
         if axes != [1] {
             keyword("attention_axes", format!("{axes:?}"));
         }
-        call.line(format!("{outputs} = self.{}({})", call.attr, arguments.join(", ")));
-        if call.masked() {
-            call.line(format!("m{i} = {}", call.mask_of(query)));
-        }
+        let invocation = format!("self.{}({})", call.attr, arguments.join(", "));
+        call.assign_outputs(if scores { 2 } else { 1 }, &invocation, &call.mask_of(query));
         let mut cleared = Vec::new();
         let node = call.node;
         for port in node.args.iter().chain(node.kwargs.iter().map(|(_, a)| a)).flat_map(Arg::ports) {

@@ -516,17 +516,7 @@ impl TorchRecurrent<'_> {
         let i = call.index;
         let r = self.recurrence;
         let states = if self.cell == "lstm" { 2 } else { 1 };
-        let initial = match call.kwarg("initial_state").or_else(|| call.node.args.get(1)) {
-            Some(arg) => {
-                let ports = arg.ports();
-                if ports.len() != states {
-                    return Err(call.refuse(format!("initial_state has {} tensors, the cell {states}", ports.len())));
-                }
-                Some(ports.into_iter().map(var).collect::<Vec<_>>())
-            }
-            None => None,
-        };
-        let state_names: Vec<String> = (1..=states).map(|k| format!("x{i}_{k}")).collect();
+        let initial = initial_state_vars(call, states)?;
         let mask = call.previous_mask();
         if let Some(class) = self.native(call.masked_calls) {
             let input = if r.go_backwards { format!("{x}.flip(1)") } else { x };
@@ -539,28 +529,43 @@ impl TorchRecurrent<'_> {
             let output = if r.return_sequences { format!("y{i}") } else { format!("y{i}[:, -1]") };
             call.assign(&output, &mask);
             if r.return_state {
+                let state_names: Vec<String> = (1..=states).map(|k| format!("x{i}_{k}")).collect();
                 let finals = if states == 2 { format!("s{i}[0][0], s{i}[1][0]") } else { format!("s{i}[0]") };
                 call.line(format!("{} = {finals}", state_names.join(", ")));
             }
             return Ok(format!("nn.{class}"));
         }
-        let mut arguments = vec![x];
-        let call_mask = call.call_mask();
-        if call_mask != "None" || initial.is_some() {
-            arguments.push(call_mask);
-        }
-        if let Some(h) = initial {
-            arguments.push(format!("[{}]", h.join(", ")));
-        }
-        let invocation = format!("self.{}({})", call.attr, arguments.join(", "));
-        if r.return_state {
-            call.line(format!("x{i}, {} = {invocation}", state_names.join(", ")));
-            if call.masked() {
-                call.line(format!("m{i} = {mask}"));
-            }
-        } else {
-            call.assign(&invocation, &mask);
+        let invocation = prelude_invocation(call, x, initial);
+        match r.return_state {
+            true => call.assign_outputs(1 + states, &invocation, &mask),
+            false => call.assign(&invocation, &mask),
         }
         Ok(format!("Recurrent({:?})", self.cell))
     }
+}
+
+/// The variables of a call's `initial_state` (`count` tensors), where it has one.
+pub fn initial_state_vars(call: &TorchCall, count: usize) -> Result<Option<Vec<String>>> {
+    let Some(arg) = call.kwarg("initial_state").or_else(|| call.node.args.get(1)) else {
+        return Ok(None);
+    };
+    let ports = arg.ports();
+    if ports.len() != count {
+        return Err(call.refuse(format!("initial_state has {} tensors, the layer {count} states", ports.len())));
+    }
+    Ok(Some(ports.into_iter().map(var).collect()))
+}
+
+/// `self.<attr>(x[, mask][, [initial states]])`: a call of the prelude's `Recurrent` or
+/// `Bidirectional`, with the mask Keras passes as `mask=` and the initial states where given.
+pub fn prelude_invocation(call: &TorchCall, x: String, initial: Option<Vec<String>>) -> String {
+    let mut arguments = vec![x];
+    let call_mask = call.call_mask();
+    if call_mask != "None" || initial.is_some() {
+        arguments.push(call_mask);
+    }
+    if let Some(states) = initial {
+        arguments.push(format!("[{}]", states.join(", ")));
+    }
+    format!("self.{}({})", call.attr, arguments.join(", "))
 }

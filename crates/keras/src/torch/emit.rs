@@ -88,6 +88,17 @@ impl TorchCall<'_> {
         }
     }
 
+    /// `x<i>, x<i>_1, ... = <value>` for a value of `count` outputs (one: `x<i> = <value>`), then
+    /// `m<i> = <mask>` where the node's first output carries a mask.
+    pub fn assign_outputs(&mut self, count: usize, value: &str, mask: &str) {
+        let i = self.index;
+        let names: Vec<String> = (0..count.max(1)).map(|index| var(Port { node: i, index })).collect();
+        self.line(format!("{} = {value}", names.join(", ")));
+        if self.masked() {
+            self.line(format!("m{i} = {mask}"));
+        }
+    }
+
     /// Whether this node's output carries a Keras mask (`m<i>` exists).
     pub fn masked(&self) -> bool {
         self.is_masked(self.index)
