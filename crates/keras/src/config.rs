@@ -48,7 +48,12 @@ impl<'a> LayerArgs<'a> {
 
     /// The argument's raw value, `Null` when absent.
     pub fn take(&mut self, argument: &str) -> Json {
-        self.left.remove(argument).unwrap_or(Json::Null)
+        self.take_opt(argument).unwrap_or(Json::Null)
+    }
+
+    /// The argument's raw value, `None` when absent (an explicit `null` is `Some(Null)`).
+    pub fn take_opt(&mut self, argument: &str) -> Option<Json> {
+        self.left.remove(argument)
     }
 
     pub fn take_f64(&mut self, argument: &str, default: f64) -> Result<f64> {

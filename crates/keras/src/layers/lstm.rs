@@ -41,8 +41,8 @@ pub struct Lstm {
 impl KerasLayer for Lstm {
     fn build(layer: &mut Build) -> Result<Self> {
         let units = layer.args.take_usize("units", None)?;
-        let activation = layer.activation()?;
-        let recurrent_activation = recurrent::take_recurrent_activation(layer)?;
+        let activation = layer.activation_or("activation", "tanh")?;
+        let recurrent_activation = layer.activation_or("recurrent_activation", "sigmoid")?;
         let use_bias = layer.args.take_bool("use_bias", true)?;
         layer.args.take_bool("unit_forget_bias", true)?; // an initialiser of the bias
         layer.args.take_bool("use_cudnn", false)?; // the same values where cuDNN runs

@@ -153,8 +153,14 @@ impl Build<'_> {
 
     /// The `activation` argument.
     pub fn activation(&mut self) -> Result<Activation> {
-        let value = self.args.take("activation");
-        Activation::from_keras(&value).map_err(|e| self.args.error(format!("activation: {e}")))
+        self.activation_or("activation", "linear")
+    }
+
+    /// An activation argument, the Keras name `default` where the config does not hold it (an
+    /// explicit `null` is linear, as Keras' `activations.get(None)`).
+    pub fn activation_or(&mut self, argument: &str, default: &str) -> Result<Activation> {
+        let value = self.args.take_opt(argument).unwrap_or_else(|| Json::from(default));
+        Activation::from_keras(&value).map_err(|e| self.args.error(format!("{argument}: {e}")))
     }
 }
 

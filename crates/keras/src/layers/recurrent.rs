@@ -242,13 +242,6 @@ pub fn output(run: &Run, sequences: bool) -> Option<Tensor<3>> {
     }
 }
 
-/// The `recurrent_activation` argument (sigmoid by default).
-pub fn take_recurrent_activation(layer: &mut Build) -> Result<Activation> {
-    let value = layer.args.take("recurrent_activation");
-    let value = if value.is_null() { serde_json::Value::from("sigmoid") } else { value };
-    Activation::from_keras(&value).map_err(|e| layer.args.error(format!("recurrent_activation: {e}")))
-}
-
 /// A cell's two kernels as Keras saves them in the layer's `cell` group: `kernel [in, G·u]`
 /// and `recurrent_kernel [u, G·u]`.
 pub fn read_kernels(

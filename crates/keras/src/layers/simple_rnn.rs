@@ -31,7 +31,7 @@ pub struct SimpleRnn {
 impl KerasLayer for SimpleRnn {
     fn build(layer: &mut Build) -> Result<Self> {
         let units = layer.args.take_usize("units", None)?;
-        let activation = layer.activation()?;
+        let activation = layer.activation_or("activation", "tanh")?;
         let use_bias = layer.args.take_bool("use_bias", true)?;
         let recurrence = Recurrence::take(layer)?;
         let mut vars = layer.vars_in("cell")?;
