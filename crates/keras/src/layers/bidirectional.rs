@@ -25,9 +25,7 @@ use super::gru::Gru;
 use super::lstm::Lstm;
 use super::recurrent::{self, Cell, Dropout, Recurrence, TorchRecurrent};
 use super::simple_rnn::SimpleRnn;
-use super::{Build, Call, KerasLayer, Variable};
-use crate::config::LayerArgs;
-use crate::graph::LayerSpec;
+use super::{Build, Call, KerasLayer, Layer, Variable};
 use crate::torch::{TorchCall, TorchModule};
 use crate::value::{DynTensor, Value};
 use model::error::Result;
@@ -65,34 +63,18 @@ pub enum Direction {
 }
 
 impl Direction {
-    /// The layer that `config` (`{"class_name": ..., "config": {...}}`) describes, its variables
-    /// in the group `group` below the wrapper's.
+    /// The layer that `config` (Keras' serialization) describes, its variables in the group
+    /// `group` below the wrapper's: a recurrent layer, else an error naming the class.
     fn build(wrapper: &Build, config: &Json, group: &str) -> Result<Self> {
-        let class = config.get("class_name").and_then(Json::as_str).unwrap_or_default().to_string();
-        let inner = config.get("config").cloned().unwrap_or(Json::Null);
-        let name = format!("{}/{}", wrapper.spec.name, inner.get("name").and_then(Json::as_str).unwrap_or(group));
-        let spec = LayerSpec {
-            name: name.clone(),
-            class_name: class.clone(),
-            module: wrapper.spec.module.clone(),
-            config: inner.clone(),
-            registered_name: None,
-            h5_path: wrapper.spec.h5_path.as_ref().map(|path| format!("{path}/{group}")),
-        };
-        let args = LayerArgs::new(wrapper.file, &name, &class, &inner);
-        let mut build = Build { file: wrapper.file, spec: &spec, args, saved: wrapper.saved, device: wrapper.device };
-        let direction = match class.as_str() {
-            "LSTM" => Direction::Lstm(Lstm::build(&mut build)?),
-            "GRU" => Direction::Gru(Gru::build(&mut build)?),
-            "SimpleRNN" => Direction::SimpleRnn(SimpleRnn::build(&mut build)?),
-            other => {
-                return Err(wrapper.args.error(format!(
-                    "wraps a {other:?}: Bidirectional is read around LSTM, GRU and SimpleRNN"
-                )));
+        match wrapper.wrapped(config, group)? {
+            Layer::Lstm(layer) => Ok(Direction::Lstm(layer)),
+            Layer::Gru(layer) => Ok(Direction::Gru(layer)),
+            Layer::SimpleRnn(layer) => Ok(Direction::SimpleRnn(layer)),
+            _ => {
+                let class = config.get("class_name").and_then(Json::as_str).unwrap_or_default();
+                Err(wrapper.args.error(format!("wraps a {class:?}: Bidirectional is read around LSTM, GRU and SimpleRNN")))
             }
-        };
-        build.args.finish()?;
-        Ok(direction)
+        }
     }
 
     fn cell(&self) -> &dyn Cell {

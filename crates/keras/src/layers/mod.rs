@@ -156,6 +156,23 @@ impl Build<'_> {
         self.activation_or("activation", "linear")
     }
 
+    /// The layer a wrapper holds (`{"class_name": ..., "config": {...}}`, Keras' serialization),
+    /// its variables in the group `group` below the wrapper's (`layer`, `forward_layer`).
+    pub fn wrapped(&self, config: &Json, group: &str) -> Result<Layer> {
+        let text = |key: &str| config.get(key).and_then(Json::as_str);
+        let inner = config.get("config").cloned().unwrap_or(Json::Null);
+        let spec = LayerSpec {
+            name: format!("{}/{}", self.spec.name, inner.get("name").and_then(Json::as_str).unwrap_or(group)),
+            class_name: text("class_name").unwrap_or_default().to_string(),
+            module: text("module").unwrap_or("keras.layers").to_string(),
+            config: inner,
+            registered_name: text("registered_name").map(str::to_string),
+            h5_path: self.spec.h5_path.as_ref().map(|path| format!("{path}/{group}")),
+        };
+        let place = format!("wrapped in {} {}", self.class(), self.spec.name);
+        Layer::build(self.file, &spec, self.saved, self.device, &place)
+    }
+
     /// An activation argument, the Keras name `default` where the config does not hold it (an
     /// explicit `null` is linear, as Keras' `activations.get(None)`).
     pub fn activation_or(&mut self, argument: &str, default: &str) -> Result<Activation> {

@@ -8,10 +8,8 @@
 //! wrapped layer's own module, called on the folded steps.
 
 use burn::module::Module;
-use serde_json::Value as Json;
 
 use super::{Build, Call, Input, KerasLayer, Layer, Variable};
-use crate::graph::LayerSpec;
 use crate::torch::{TorchCall, TorchModule};
 use crate::value::Value;
 use model::error::Result;
@@ -32,19 +30,7 @@ impl TimeDistributed {
 impl KerasLayer for TimeDistributed {
     fn build(layer: &mut Build) -> Result<Self> {
         let config = layer.args.take("layer");
-        let class = config.get("class_name").and_then(Json::as_str).unwrap_or_default().to_string();
-        let inner = config.get("config").cloned().unwrap_or(Json::Null);
-        let name = format!("{}/{}", layer.spec.name, inner.get("name").and_then(Json::as_str).unwrap_or("layer"));
-        let spec = LayerSpec {
-            name,
-            class_name: class,
-            module: config.get("module").and_then(Json::as_str).unwrap_or("keras.layers").to_string(),
-            config: inner,
-            registered_name: config.get("registered_name").and_then(Json::as_str).map(str::to_string),
-            h5_path: layer.spec.h5_path.as_ref().map(|path| format!("{path}/layer")),
-        };
-        let place = format!("wrapped in TimeDistributed {}", layer.spec.name);
-        let wrapped = Layer::build(layer.file, &spec, layer.saved, layer.device, &place)?;
+        let wrapped = layer.wrapped(&config, "layer")?;
         Ok(Self { layer: vec![wrapped] })
     }
 
