@@ -8,7 +8,7 @@ use std::sync::Arc;
 use burn::module::Module;
 use burn::tensor::Device;
 
-use super::graph::{Arg, Graph, InputSpec};
+use super::graph::{Arg, CallMask, Graph, InputSpec};
 use super::layers::input_layer::InputLayer;
 use super::layers::{Call, Input, Layer};
 use super::saved::{SavedWeights, Store};
@@ -188,10 +188,11 @@ impl KerasModel {
                     Some(Input::Tensor(first)) => first.mask.clone(),
                     _ => None,
                 };
-                // Keras fills `mask=` only for a call of one tensor argument (a list is one).
-                let tensor_arguments = args.iter().chain(kwargs.iter().filter(|(k, _)| k != "mask").map(|(_, a)| a));
-                let single = tensor_arguments.filter(|a| !a.tensors().is_empty()).count() == 1;
-                let mask = explicit_mask.clone().or_else(|| if single { first_mask.clone() } else { None });
+                let mask = match node.call_mask() {
+                    CallMask::Explicit(_) => explicit_mask.clone(),
+                    CallMask::OfArgument(_) => first_mask.clone(),
+                    CallMask::None => None,
+                };
                 let previous_mask = explicit_mask.or(first_mask);
                 let call = Call { what: &what, args, kwargs, training, mask, previous_mask };
                 let outputs = self.layers[node.layer].call(&call)?;

@@ -97,6 +97,33 @@ pub struct Node {
     pub kwargs: Vec<(String, Arg)>,
 }
 
+/// What a call receives as `mask=`, by Keras' rule (`Layer.__call__`, step 6): an explicit
+/// `mask=` tensor, else the mask its only tensor argument carries (a list is one argument), and
+/// nothing for a call of several tensor arguments. (`compute_mask` reads the first argument's
+/// mask even then: Keras' `previous_mask`.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallMask {
+    /// The recorded `mask=` tensor itself.
+    Explicit(Port),
+    /// Whatever mask the call's only tensor argument carries.
+    OfArgument(Port),
+    None,
+}
+
+impl Node {
+    /// Where this call's `mask=` comes from.
+    pub fn call_mask(&self) -> CallMask {
+        if let Some((_, Arg::Tensor(port))) = self.kwargs.iter().find(|(k, _)| k == "mask") {
+            return CallMask::Explicit(*port);
+        }
+        let arguments = self.args.iter().chain(self.kwargs.iter().filter(|(k, _)| k != "mask").map(|(_, a)| a));
+        match (arguments.filter(|a| !a.ports().is_empty()).count(), self.args.first()) {
+            (1, Some(Arg::Tensor(port))) => CallMask::OfArgument(*port),
+            _ => CallMask::None,
+        }
+    }
+}
+
 /// A model input.
 #[derive(Debug, Clone)]
 pub struct InputSpec {

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use serde_json::Value as Json;
 
 use crate::activation::Activation;
-use crate::graph::{Arg, Node, Port};
+use crate::graph::{Arg, CallMask, Node, Port};
 use crate::value::{DType, constant_tensor};
 use model::error::{ModelError, Result};
 use model::weights::{HostTensor, WeightMap};
@@ -19,7 +19,7 @@ use model::weights::{HostTensor, WeightMap};
 pub struct TorchModule<'a> {
     /// The attribute's name, `self.<attr>`.
     pub attr: &'a str,
-    /// Whether some call of the layer receives a Keras mask as `mask=` ([`call_mask`]).
+    /// Whether some call of the layer receives a Keras mask as `mask=` ([`receives_mask`]).
     pub masked_calls: bool,
     pub(super) init: &'a mut String,
     pub(super) state: &'a mut WeightMap,
@@ -157,12 +157,12 @@ impl TorchCall<'_> {
         }
     }
 
-    /// The mask `call` receives as `mask=` ([`call_mask`]): `None` where it receives none.
+    /// The mask `call` receives as `mask=` ([`Node::call_mask`]): `None` where it receives none.
     pub fn call_mask(&self) -> String {
-        match call_mask(self.node, self.masked) {
-            Some(port) if self.node.kwargs.iter().any(|(k, a)| k == "mask" && matches!(a, Arg::Tensor(_))) => var(port),
-            Some(port) => self.mask_of(port),
-            None => "None".into(),
+        match self.node.call_mask() {
+            CallMask::Explicit(port) => var(port),
+            CallMask::OfArgument(port) => self.mask_of(port),
+            CallMask::None => "None".into(),
         }
     }
 
@@ -220,20 +220,13 @@ impl TorchCall<'_> {
     }
 }
 
-/// Where the mask that a node's `call` receives as `mask=` comes from: an explicit `mask=`
-/// tensor, else the only tensor argument's mask (a list is one argument; Keras fills `mask=`
-/// for no call of several), when that node's output carries one (`masked`, from the probe).
-pub fn call_mask(node: &Node, masked: &[bool]) -> Option<Port> {
-    if let Some((_, Arg::Tensor(port))) = node.kwargs.iter().find(|(k, _)| k == "mask") {
-        return Some(*port);
-    }
-    let arguments = node.args.iter().chain(node.kwargs.iter().filter(|(k, _)| k != "mask").map(|(_, a)| a));
-    if arguments.filter(|a| !a.ports().is_empty()).count() != 1 {
-        return None;
-    }
-    match node.args.first() {
-        Some(Arg::Tensor(port)) if port.index == 0 && masked.get(port.node).copied().unwrap_or(false) => Some(*port),
-        _ => None,
+/// Whether a node's `call` receives a Keras mask as `mask=` ([`Node::call_mask`]; the mask of
+/// an argument when that node's output carries one, `masked`, from the probe).
+pub fn receives_mask(node: &Node, masked: &[bool]) -> bool {
+    match node.call_mask() {
+        CallMask::Explicit(_) => true,
+        CallMask::OfArgument(port) => port.index == 0 && masked.get(port.node).copied().unwrap_or(false),
+        CallMask::None => false,
     }
 }
 

@@ -14,7 +14,8 @@
 mod emit;
 
 pub use emit::{
-    TorchCall, TorchModule, activate, activation_name, call_mask, fold, literal, py_bool, py_float, render, tuple, var,
+    TorchCall, TorchModule, activate, activation_name, fold, literal, py_bool, py_float, receives_mask, render, tuple,
+    var,
 };
 
 use std::collections::{BTreeMap, HashSet};
@@ -71,7 +72,7 @@ pub fn torch_export(
         let spec = graph.layer_of(node);
         let layer = &model.layers[node.layer];
         let attr = &attrs[node.layer];
-        let masked_calls = graph.nodes.iter().any(|n| n.layer == node.layer && call_mask(n, masked).is_some());
+        let masked_calls = graph.nodes.iter().any(|n| n.layer == node.layer && receives_mask(n, masked));
         if built.insert(node.layer) {
             let before = init.len();
             let mut module = TorchModule { attr, masked_calls, init: &mut init, state: &mut state, traced: true };
