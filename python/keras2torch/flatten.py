@@ -293,6 +293,16 @@ def _graph_of(model):
     return None
 
 
+def _graph_only(model):
+    """Whether `model` is a functional model of a class of its own that keeps `Functional.call`
+    (keras.io's `MaskedLanguageModel(inputs, outputs)` overrides only training): its graph is
+    its computation, re-run node by node (its own `call` would record `Functional.call`'s
+    `convert_to_tensor` of the inputs as nodes too)."""
+    from keras.src.models.functional import Functional
+
+    return isinstance(model, Functional) and type(model).call is Functional.call
+
+
 def _expand(model, inputs):
     """`model`'s graph re-run on `inputs` node by node, nested built-in models expanded in place
     (so custom layers inside them are traced too)."""
@@ -333,6 +343,9 @@ def flatten(model, shapes=None, batch_size=None):
     tracer.patch(model)
     try:
         if is_builtin(model):
+            outputs = _expand(model, inputs)
+        elif _graph_only(model):
+            report.traced.append((model.name, type(model).__name__))
             outputs = _expand(model, inputs)
         else:
             report.traced.append((model.name, type(model).__name__))
@@ -389,9 +402,9 @@ def largest_difference(a, b, inputs):
     import keras
 
     call = inputs if len(inputs) > 1 else inputs[0]
-    ours = keras.tree.flatten(a(call, training=False))
-    theirs = keras.tree.flatten(b(call, training=False))
-    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)))) if np.size(x) else 0.0 for x, y in zip(ours, theirs))
+    ours = [keras.ops.convert_to_numpy(x) for x in keras.tree.flatten(a(call, training=False))]
+    theirs = [keras.ops.convert_to_numpy(y) for y in keras.tree.flatten(b(call, training=False))]
+    return max(float(np.max(np.abs(x - y))) if np.size(x) else 0.0 for x, y in zip(ours, theirs))
 
 
 def import_module(path):

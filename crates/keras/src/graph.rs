@@ -215,11 +215,17 @@ fn history(value: &Json) -> Option<(String, usize, usize)> {
     }
 }
 
-/// `input_layers`/`output_layers`: one reference or a list of them.
+/// `input_layers`/`output_layers`: one reference, a list of them, or a dict of them (a model
+/// built on `inputs={"age": ..., ...}`), whose order is Keras' `tree.flatten`: the keys sorted.
 fn references(value: Option<&Json>) -> Vec<(String, usize, usize)> {
     let Some(value) = value else { return vec![] };
     if let Some(one) = history(value) {
         return vec![one];
+    }
+    if let Some(by_key) = value.as_object() {
+        let mut keys: Vec<&String> = by_key.keys().collect();
+        keys.sort();
+        return keys.into_iter().filter_map(|key| history(&by_key[key])).collect();
     }
     value.as_array().map(|items| items.iter().filter_map(history).collect()).unwrap_or_default()
 }
