@@ -7,9 +7,11 @@ Run from the repository root (keras 3.15.1 on tensorflow-cpu):
 
 For each example module here (its custom layers and `build_model` as keras.io writes them):
 `<example>.keras` (random weights, seeded) and `<example>.probe.safetensors` with `inputs.<input>`
-and `expected.<output>` (Keras' inference outputs, keyed by the model's output names). The
+and `expected.<output>` (Keras' inference outputs, keyed by the model's output names); images are
+uniform in 0-255, token ids uniform with padding, and an example module may give its own inputs
+by name with `probe_inputs(rng, batch)` (float features, several kinds of input). The
 custom-layer examples are read through `cargo xtask flatten FILE --import <example>.py`; the
-flattening options each needs are in `FLATTEN` (the test reads them from the probe's metadata).
+flattening options each needs are in `EXAMPLES` (the test reads them from the probe's metadata).
 """
 
 import importlib
@@ -35,6 +37,11 @@ EXAMPLES = {
     "object_detection_vit": (7, 2, []),
     "mobilevit": (8, 2, []),
     "masked_pooling": (9, 3, []),  # not keras.io's: a custom compute_mask read by built-in layers
+    "miniature_gpt": (10, 2, ["--batch-size", "2"]),  # its causal mask is tiled to the batch
+    "tabtransformer": (11, 3, []),
+    "token_learner": (12, 2, []),
+    "video_classification": (13, 2, []),
+    "bert_mlm": (14, 2, []),
 }
 
 # Examples whose custom layers the flattener must keep (and `convert` refuse), with the reason.
@@ -60,7 +67,11 @@ def write(name):
     specs = [(t.name, t.shape, t.dtype) for t in loaded.inputs] if getattr(loaded, "inputs", None) else [
         ("input", loaded.get_build_config()["input_shape"], "float32")
     ]
+    if hasattr(module, "probe_inputs"):  # inputs that are neither images nor token ids, by name
+        inputs = module.probe_inputs(rng, batch)
     for input_name, full_shape, dtype in specs:
+        if input_name in inputs:
+            continue
         shape = [batch] + [d if d is not None else 9 for d in full_shape[1:]]
         if len(shape) == 4:  # images, 0-255 as the examples feed them
             inputs[input_name] = rng.uniform(0, 255, size=shape).astype(dtype)
@@ -71,7 +82,11 @@ def write(name):
             ids[row, shape[1] - 2 * row:] = 0
         inputs[input_name] = ids
     ordered = [inputs[input_name] for input_name, _, _ in specs]
-    outputs = keras.tree.flatten(loaded(ordered[0] if len(ordered) == 1 else ordered, training=False))
+    if isinstance(getattr(loaded, "_inputs_struct", None), dict):  # a model built on a dict of inputs
+        call = {key: inputs[tensor.name] for key, tensor in loaded._inputs_struct.items()}
+    else:
+        call = ordered[0] if len(ordered) == 1 else ordered
+    outputs = keras.tree.flatten(loaded(call, training=False))
     tensors = {f"inputs.{k}": v for k, v in inputs.items()}
     # A subclassed model names no outputs; the flattener calls them `output` / `output_<i>`.
     names = getattr(loaded, "output_names", None) or (
@@ -82,8 +97,16 @@ def write(name):
                 "source": f"{name}.py"}
     if name in KEPT:
         metadata["kept"] = KEPT[name]
-    # Whether the model holds classes of the example's own (else `convert` reads it as it is).
-    own = [l for l in [loaded, *loaded._flatten_layers()] if not type(l).__module__.startswith("keras.")]
+    # The classes of the example's own that `convert` must refuse (without any, it reads the file
+    # as it is): a functional model of its own class that keeps `Functional.call` (keras.io's
+    # `MaskedLanguageModel`, for its loss) is its saved graph, and converts.
+    from keras.src.models.functional import Functional
+
+    def graph_only(layer):
+        return isinstance(layer, Functional) and type(layer).call is Functional.call
+
+    own = [l for l in [loaded, *loaded._flatten_layers()]
+           if not type(l).__module__.startswith("keras.") and not graph_only(l)]
     metadata["custom_classes"] = ",".join(sorted({type(l).__name__ for l in own}))
     save_file(tensors, os.path.join(HERE, f"{name}.probe.safetensors"), metadata=metadata)
     print(f"wrote {name}.keras ({os.path.getsize(path)} bytes) and its probe: outputs {names}")

@@ -4,13 +4,17 @@ For every model with a Keras probe in datasets/keras-models/ (or the .keras file
 it into a temporary folder, loads the generated module with `load_state_dict(strict=True)` and
 compares its outputs with Burn's (the probe written beside it) and with Keras' (the model's own
 probe, made by keras 3.15.1), at 1e-5; where the model has `<stem>.stats.safetensors` (the law of
-Keras' dropout in training), the module in training mode must have its moments too. Exit status 1
-if any model fails. Run from the repository root after `cargo build`:
+Keras' dropout in training), the module in training mode must have its moments too. The keras.io
+examples in datasets/keras-io/ go through `cargo xtask flatten` first where they have classes of
+their own (with their probe's flatten options), then the same checks; an example whose custom
+layer the flattener keeps is skipped. Exit status 1 if any model fails. Run from the repository
+root after `cargo build`:
 
     python3 xtask/python/check_torch_models.py [MODEL.keras ...]
 """
 
 import glob
+import json
 import os
 import subprocess
 import sys
@@ -22,14 +26,21 @@ XTASK = os.path.join(ROOT, "target", "debug", "xtask")
 
 def main():
     models = sys.argv[1:] or sorted(
-        p[: -len(".probe.safetensors")] + ".keras" for p in glob.glob(os.path.join(ROOT, "datasets/keras-models/*.probe.safetensors"))
+        p[: -len(".probe.safetensors")] + ".keras"
+        for folder in ("keras-models", "keras-io")
+        for p in glob.glob(os.path.join(ROOT, "datasets", folder, "*.probe.safetensors"))
     )
-    failed, checks = [], len(models) * 2
+    failed, checks = [], 0
     with tempfile.TemporaryDirectory() as out:
         for model in models:
             stem = os.path.splitext(os.path.basename(model))[0]
             target = os.path.join(out, stem)
-            converted = subprocess.run([XTASK, "convert", model, "--to", "torch", "--out", target], capture_output=True, text=True)
+            source, reason = flattened(model, out)
+            if source is None:
+                print(f"{stem}: skipped ({reason})")
+                continue
+            checks += 2
+            converted = subprocess.run([XTASK, "convert", source, "--to", "torch", "--out", target], capture_output=True, text=True)
             if converted.returncode != 0:
                 failed.append(f"{stem}: convert failed: {converted.stderr.strip()}")
                 continue
@@ -53,6 +64,27 @@ def main():
     for f in failed:
         print("FAILED:", f)
     sys.exit(1 if failed else 0)
+
+
+def flattened(model, out):
+    """`(path, None)`: the file to convert, `model` itself or, for a keras.io example with classes
+    of its own, its flattening by `cargo xtask flatten` (the probe's options); `(None, reason)` for
+    one whose custom layer the flattener keeps (as its probe says) or whose flattening fails."""
+    from safetensors import safe_open
+
+    with safe_open(model[: -len(".keras")] + ".probe.safetensors", "np") as probe:
+        metadata = probe.metadata() or {}
+    if not metadata.get("custom_classes"):
+        return model, None
+    if metadata.get("kept"):
+        return None, "the flattener keeps " + metadata["kept"]
+    flat = os.path.join(out, os.path.basename(model)[: -len(".keras")] + ".flat.keras")
+    source = model[: -len(".keras")] + ".py"
+    options = json.loads(metadata.get("flatten", "[]"))
+    run = subprocess.run([XTASK, "flatten", model, "--import", source, "--out", flat, *options], capture_output=True, text=True)
+    if run.returncode != 0:
+        return None, "flatten failed: " + run.stderr.strip()[-300:]
+    return flat, None
 
 
 def dropout_moments(module_path, stats_path, draws=20000):

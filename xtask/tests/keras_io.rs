@@ -143,7 +143,8 @@ fn keras_io_custom_layer_examples_flatten_and_match_keras_on_every_backend() {
 
 /// Before flattening, `convert` refuses every example's custom layer or subclassed model by
 /// name, says which command reads it, and writes nothing; an example without classes of its own
-/// (MobileViT) converts as it is.
+/// (MobileViT, TabTransformer) or whose one class is a functional model keeping `Functional.call`
+/// (the BERT MLM's `MaskedLanguageModel`) converts as it is.
 #[test]
 fn custom_layers_and_models_are_refused_with_the_flatten_command() {
     let out = scratch("refuse");
