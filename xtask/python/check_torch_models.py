@@ -60,6 +60,12 @@ def main():
                 print(f"{stem} in training vs Keras' dropout: {worst}")
                 if worst is None or worst[0] > 5.0 or worst[1] > 0.08:
                     failed.append(f"{stem} dropout moments")
+        law = dropout_law(target + ".py") if os.path.exists(target + ".py") else None
+        if law is not None:
+            checks += 1
+            print(f"keras_dropout's law: {law}")
+            if law[0] > 5.0 or law[1] > 5.0 or law[2] > 1e-6:
+                failed.append("keras_dropout's law")
     print(f"{checks - len(failed)} checks passed, {len(failed)} failed")
     for f in failed:
         print("FAILED:", f)
@@ -85,6 +91,28 @@ def flattened(model, out):
     if run.returncode != 0:
         return None, "flatten failed: " + run.stderr.strip()[-300:]
     return flat, None
+
+
+def dropout_law(module_path, n=4_000_000, rate=0.3):
+    """The module's `keras_dropout` on n ones: how far the dropped fraction is from `rate` and the
+    fraction of neighbours both dropped from rate^2 (the two halves of one 64-bit draw must be
+    independent), in standard errors, and the largest relative error of a kept value from 1 / (1 - rate)."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("converted", module_path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    torch.manual_seed(0)
+    out = module.keras_dropout(torch.ones(n), rate)
+    dropped = out == 0
+    fraction = dropped.double().mean().item()
+    pairs = (dropped[0::2] & dropped[1::2]).double().mean().item()
+    kept_error = (out[~dropped].double() * (1 - rate) - 1).abs().max().item()
+    return (abs(fraction - rate) / (rate * (1 - rate) / n) ** 0.5,
+            abs(pairs - rate**2) / (rate**2 * (1 - rate**2) / (n // 2)) ** 0.5,
+            kept_error)
 
 
 def dropout_moments(module_path, stats_path, draws=20000):
