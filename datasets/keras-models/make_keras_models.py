@@ -17,6 +17,9 @@ Writes, next to this script (README.md says more, and describes the files' forma
 * `nested.keras`: a functional sub-model holding a Sequential, inside an outer model, plus a shared layer;
 * `zoo_conv`, `zoo_pool`, `zoo_norm`, `zoo_activations`, `zoo_merge`, `zoo_reshape`, `zoo_masks`,
   `zoo_ops`, `zoo_mha`, `zoo_1d`, `zoo_vision`, `zoo_preprocessing`, `zoo_attention_layers`, `zoo_indexing`, `zoo_transpose`, `zoo_recurrent`, `zoo_bidirectional`, `zoo_time_distributed` `.keras`: layer zoo models, each layer at non-default arguments;
+* `bench_lstm`, `bench_timeseries`, `bench_forecaster` `.keras`: the benchmark's whole-model rows
+  (xtask/python/bench_models.py): an LSTM, keras.io's time-series Transformer at its own sizes, a
+  causal forecaster of three blocks of the question's layer, all on [B, 136, 4];
 * `<name>.probe.safetensors` for each model above (and for `small` and `timeseries_train`):
   `inputs.<input layer>`, `expected.<output layer>` (Keras' inference output) and every graph node's
   output `nodes.<layer>[@<node>][.<i>]` (sub-models' nodes as `nodes.<sub-model>/<layer>`), with
@@ -257,7 +260,8 @@ def write_model(name, model, inputs, description, custom_objects=None):
     save_file(tensors, probe,
               metadata={"keras_version": keras.__version__, "backend": BACKEND, "description": description})
     size = os.path.getsize(path)
-    assert size < 300_000, f"{name}.keras is {size} bytes"
+    limit = 600_000 if name.startswith("bench_") else 300_000  # a benchmark row at its example's sizes
+    assert size < limit, f"{name}.keras is {size} bytes"
     print(f"wrote {name}.keras ({size} bytes) and its probe: {len(nodes)} nodes, {len(masks)} masks")
     return loaded
 
@@ -980,7 +984,7 @@ def zoo_time_distributed():
 
 def bench_lstm():
     """The recurrent row of the benchmark: LSTM(64, return_sequences=True) -> Dense(4) at
-    [B, 136, 4] (crates/train/examples/recurrent_step.rs, xtask/python/bench_recurrent.py)."""
+    [B, 136, 4] (crates/train/examples/model_step.rs, xtask/python/bench_models.py)."""
     rng = fresh(24)
     inputs = keras.Input((136, 4), name="series")
     x = layers.LSTM(64, return_sequences=True, name="lstm")(inputs)
@@ -989,6 +993,40 @@ def bench_lstm():
     randomise(model, rng, scale=0.1)
     write_model("bench_lstm", model, {"series": rng.normal(size=(2, 136, 4)).astype(np.float32)},
                 "the benchmark's recurrent row: LSTM(64, return_sequences=True) -> Dense(4) at [B, 136, 4]")
+
+
+def bench_timeseries():
+    """A whole-model row of the benchmark: keras.io's time-series Transformer at the example's own
+    sizes (head_size=256, num_heads=4, ff_dim=4, 4 blocks, mlp_units=[128], dropout 0.25/0.4) on
+    [B, 136, 4] (xtask/python/bench_models.py)."""
+    rng = fresh(25)
+    model = build_model((136, 4), head_size=256, num_heads=4, ff_dim=4, num_transformer_blocks=4,
+                        mlp_units=[128], dropout=0.25, mlp_dropout=0.4)
+    randomise(model, rng, scale=0.1)
+    write_model("bench_timeseries", model, {model.layers[0].name: rng.normal(size=(2, 136, 4)).astype(np.float32)},
+                "the benchmark's keras.io time-series Transformer at the example's sizes on [B, 136, 4]")
+
+
+def bench_forecaster():
+    """A whole-model row of the benchmark: a causal forecaster on [B, 136, 4], three pre-norm blocks
+    of the question's layer (MultiHeadAttention(num_heads=6, key_dim=4), use_causal_mask) and a
+    Dense(16, gelu) -> Dense(4) feed-forward, dropout 0.1, a Dense(1) forecast per step."""
+    rng = fresh(26)
+    inputs = keras.Input((136, 4), name="series")
+    x = inputs
+    for _ in range(3):
+        y = layers.LayerNormalization(epsilon=1e-6)(x)
+        y = layers.MultiHeadAttention(num_heads=6, key_dim=4, dropout=0.1)(y, y, use_causal_mask=True)
+        x = x + layers.Dropout(0.1)(y)
+        y = layers.LayerNormalization(epsilon=1e-6)(x)
+        y = layers.Dense(16, activation="gelu")(y)
+        y = layers.Dense(4)(y)
+        x = x + layers.Dropout(0.1)(y)
+    outputs = layers.Dense(1, name="forecast")(x)
+    model = keras.Model(inputs, outputs, name="bench_forecaster")
+    randomise(model, rng, scale=0.1)
+    write_model("bench_forecaster", model, {"series": rng.normal(size=(2, 136, 4)).astype(np.float32)},
+                "the benchmark's causal forecaster: 3 pre-norm blocks of MultiHeadAttention(6, 4) causal on [B, 136, 4]")
 
 
 DROPOUT_DRAWS = 20000
@@ -1311,6 +1349,8 @@ MODELS = [
     zoo_bidirectional,
     zoo_time_distributed,
     bench_lstm,
+    bench_timeseries,
+    bench_forecaster,
     recurrent_dropout,
     refusals,
     timeseries_train,

@@ -1,11 +1,12 @@
-//! The benchmark's recurrent row, our side: a Keras model file (by default
-//! `datasets/keras-models/bench_lstm.keras`, `LSTM(64, return_sequences=True) -> Dense(4)`) on
-//! `[B, T, D]` random inputs in Burn, the forward pass (inference) and a training step (MSE,
-//! Keras' Adam at 1e-3) timed for a few seconds each. Prints one JSON line with the medians;
-//! `xtask/python/bench_recurrent.py` runs it in turns with torch's `nn.LSTM` on the same threads.
+//! The benchmark's whole-model rows, our side: a Keras model file (by default
+//! `datasets/keras-models/bench_lstm.keras`) on `[B, T, D]` random inputs in Burn, the forward
+//! pass (inference) and a training step (the mean square of the first output, Keras' Adam at
+//! 1e-3) timed for a few seconds each. Prints one JSON line with the medians;
+//! `xtask/python/bench_models.py` runs it in turns with the torch module `convert` writes and
+//! with Keras itself on the same threads.
 //!
 //! ```text
-//! cargo run --example recurrent_step -- [MODEL.keras] [--shape 32,136,4] [--backend flex] [--seconds 2]
+//! cargo run --example model_step -- [MODEL.keras] [--shape 32,136,4] [--backend flex] [--seconds 2]
 //! ```
 
 use std::path::PathBuf;
@@ -37,6 +38,12 @@ fn median_ms(seconds: f64, mut call: impl FnMut() -> Result<()>) -> Result<(f64,
     Ok((times[times.len() / 2], times.len()))
 }
 
+/// A model output of any rank as one vector.
+fn flat(output: DynTensor) -> Result<Tensor<1>> {
+    let count = output.shape().iter().product();
+    Ok(output.reshape(&[count])?.rank_n::<1>("output")?)
+}
+
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -56,7 +63,7 @@ fn main() -> Result<()> {
     let inference = KerasModel::from_file(&path, &plain).with_context(|| format!("reading {}", path.display()))?;
     let x = Tensor::<3>::random([batch, steps, features], Distribution::Normal(0.0, 1.0), &plain); // [B, T, D]
     let (forward, forward_calls) = median_ms(seconds, || {
-        let out = inference.forward(vec![DynTensor::from(x.clone())], false)?.remove(0).tensor.rank_n::<3>("output")?;
+        let out = flat(inference.forward(vec![DynTensor::from(x.clone())], false)?.remove(0).tensor)?; // [N]
         out.sum().into_scalar::<f32>(); // on the host before the clock stops
         Ok(())
     })?;
@@ -68,11 +75,8 @@ fn main() -> Result<()> {
         OptimizerConfig::AdamKeras { beta_1: 0.9, beta_2: 0.999, epsilon: 1e-7, amsgrad: false, weight_decay: 0.0 }
             .init();
     let (train_step, train_calls) = median_ms(seconds, || {
-        let out = model.forward(vec![DynTensor::from(x.clone())], true)?.remove(0).tensor.rank_n::<3>("output")?;
-        if out.dims() != x.dims() {
-            bail!("the model's output {:?} is not its input's shape {:?} (the MSE target)", out.dims(), x.dims());
-        }
-        let loss = (out - x.clone()).powi_scalar(2).mean(); // MSE against the input
+        let out = flat(model.forward(vec![DynTensor::from(x.clone())], true)?.remove(0).tensor)?; // [N]
+        let loss = out.powi_scalar(2).mean(); // the mean square of the first output
 
         let grads = GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(1e-3, model.clone(), grads);
