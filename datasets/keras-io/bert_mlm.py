@@ -6,17 +6,16 @@ feed-forward, and the softmax `mlm_cls` head) in its `MaskedLanguageModel`, a `k
 subclass for its loss and metric only, at small sizes. The `TextVectorization` stays outside: the
 model takes token ids.
 
-The position embedding is the example's `Embedding` initialised from the sinusoidal matrix
-(`get_pos_encoding_matrix`) and called on the constant range of positions, as the example wrote it
-before it took `keras_hub.layers.PositionEmbedding` (a learned one, as in `compact_convolutional_
-transformer`): Keras computes it when the model is built, so the model holds the matrix as a
-constant operand of its `add`, not as a layer.
+The position embedding is keras.io's `keras_hub.layers.PositionEmbedding`: a learned weight that
+its `call` reads, sliced to the sequence and broadcast to the input. keras_hub is not a dependency
+here, so `PositionEmbedding` below is its code (keras_hub 0.2x) as a class of the example; a model
+built on keras_hub's own class flattens the same way. The flattener keeps the weight a weight
+(a `Weight` node of the flattened graph).
 
 https://keras.io/examples/nlp/masked_language_modeling/
 """
 
 import keras
-import numpy as np
 from keras import layers
 
 
@@ -65,18 +64,48 @@ def bert_module(query, key, value, i):
     return sequence_output
 
 
-def get_pos_encoding_matrix(max_len, d_emb):
-    pos_enc = np.array(
-        [
-            [pos / np.power(10000, 2 * (j // 2) / d_emb) for j in range(d_emb)]
-            if pos != 0
-            else np.zeros(d_emb)
-            for pos in range(max_len)
-        ]
-    )
-    pos_enc[1:, 0::2] = np.sin(pos_enc[1:, 0::2])  # dim 2i
-    pos_enc[1:, 1::2] = np.cos(pos_enc[1:, 1::2])  # dim 2i+1
-    return pos_enc
+@keras.saving.register_keras_serializable(package="bert_mlm")
+class PositionEmbedding(keras.layers.Layer):
+    """keras_hub.layers.PositionEmbedding's code (keras_hub is not installed here)."""
+
+    def __init__(self, sequence_length, initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        if sequence_length is None:
+            raise ValueError("`sequence_length` must be an Integer, received `None`.")
+        self.sequence_length = int(sequence_length)
+        self.initializer = keras.initializers.get(initializer)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"sequence_length": self.sequence_length,
+                       "initializer": keras.initializers.serialize(self.initializer)})
+        return config
+
+    def build(self, inputs_shape):
+        feature_size = inputs_shape[-1]
+        self.position_embeddings = self.add_weight(
+            name="embeddings", shape=[self.sequence_length, feature_size], initializer=self.initializer,
+            trainable=True,
+        )
+        self.built = True
+
+    def call(self, inputs, start_index=0, positions=None):
+        shape = keras.ops.shape(inputs)
+        feature_length = shape[-1]
+        sequence_length = shape[-2]
+        # trim to match the length of the input sequence, which might be less
+        # than the sequence_length of the layer.
+        position_embeddings = keras.ops.convert_to_tensor(self.position_embeddings)
+        if positions is None:
+            position_embeddings = keras.ops.slice(
+                position_embeddings, (start_index, 0), (sequence_length, feature_length)
+            )
+        else:
+            position_embeddings = keras.ops.take(position_embeddings, positions, axis=0)
+        return keras.ops.broadcast_to(position_embeddings, shape)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
 
 
 loss_fn = keras.losses.SparseCategoricalCrossentropy(reduction=None)
@@ -113,12 +142,9 @@ def create_masked_language_bert_model():
     word_embeddings = layers.Embedding(
         config.VOCAB_SIZE, config.EMBED_DIM, name="word_embedding"
     )(inputs)
-    position_embeddings = layers.Embedding(
-        input_dim=config.MAX_LEN,
-        output_dim=config.EMBED_DIM,
-        weights=[get_pos_encoding_matrix(config.MAX_LEN, config.EMBED_DIM)],
-        name="position_embedding",
-    )(keras.ops.arange(start=0, stop=config.MAX_LEN, step=1))
+    position_embeddings = PositionEmbedding(  # keras.io: keras_hub.layers.PositionEmbedding
+        sequence_length=config.MAX_LEN
+    )(word_embeddings)
     embeddings = word_embeddings + position_embeddings
 
     encoder_output = embeddings

@@ -9,9 +9,12 @@ functional model of built-in classes that `cargo xtask convert` and `predict` re
 `call` computes eagerly while tracing (an `Embedding` of `ops.arange(length)`) become constants
 of the graph.
 
+A layer's own weights that `call` reads (a learned position embedding, a class token) become
+`Weight` nodes (`keras2torch.weight`), so that they stay weights of the flattened model.
+
 What cannot be traced is named with the reason and left as it was (`convert` then refuses it by
 name): raw TensorFlow ops on symbolic tensors (`tf.shape`, `tf.image.extract_patches`), Python
-control flow on tensor values, a layer's own weights read in `call` (they would become
+control flow on tensor values, own weights held other than as attributes (they would become
 constants), sizes unknown while tracing (give `batch_size` or `--shape NAME=...`).
 
     python -m keras2torch.flatten MODEL.keras --import LAYERS.py --out FLAT.keras
@@ -93,6 +96,22 @@ class _Tracer:
 
         self.reshape = reshape
         keras.ops.reshape = reshape_open
+        # `ops.broadcast_to(x, ops.shape(inputs))` (keras_hub's PositionEmbedding) with the batch
+        # open: broadcast against the traced layer's input those sizes came from (x + zeros of
+        # its shape, the same values), which runs at any batch.
+        broadcast_to = keras.ops.broadcast_to
+        anchors = self.anchors = []
+
+        def broadcast_open(x, shape):
+            if isinstance(shape, (tuple, list)) and any(d is None for d in shape) and anchors and anchors[-1] is not None:
+                like = anchors[-1]
+                fits = len(like.shape) == len(shape) and all(a == b for a, b in zip(like.shape, shape) if b is not None)
+                if fits and all(like.shape[i] is None for i, d in enumerate(shape) if d is None):
+                    return keras.ops.add(x, keras.ops.zeros_like(like))
+            return broadcast_to(x, shape)
+
+        self.broadcast_to = broadcast_to
+        keras.ops.broadcast_to = broadcast_open
         attention = keras.layers.MultiHeadAttention
         self.attention_call = attention.__dict__.get("__call__")
         attention.__call__ = _attention_with_explicit_masks(attention.__call__)
@@ -110,6 +129,7 @@ class _Tracer:
         import keras
 
         keras.ops.reshape = self.reshape
+        keras.ops.broadcast_to = self.broadcast_to
         attention = keras.layers.MultiHeadAttention
         if self.attention_call is None:
             del attention.__call__
@@ -138,7 +158,11 @@ class _Tracer:
                     signature = inspect.signature(layer.call).parameters
                     if "mask" in signature and "mask" not in kwargs and args and hasattr(args[0], "shape"):
                         kwargs["mask"] = backend.get_keras_mask(args[0])
-                    outputs = layer.call(*args, **kwargs)
+                    tracer.anchors.append(next((a for a in args if hasattr(a, "shape")), None))
+                    try:
+                        outputs = _call_with_weight_nodes(layer, args, kwargs)
+                    finally:
+                        tracer.anchors.pop()
                     _attach_mask(layer, args, kwargs, outputs)
                     tracer.report.traced.append((layer.name, type(layer).__name__))
                     return outputs
@@ -216,13 +240,46 @@ def ops_expand(mask, axis):
     return keras.ops.expand_dims(keras.ops.cast(mask, "bool"), axis)
 
 
-def _untraceable(layer):
-    """Why `layer` must stay as it is, or None: its own weights read in `call` would be frozen."""
+def _own_variables(layer):
+    """The variables of `layer` itself (not of its sublayers)."""
     sublayer_variables = {id(v) for sub in layer._flatten_layers(include_self=False) for v in sub.variables}
-    own = [v for v in layer.variables if id(v) not in sublayer_variables]
-    if own:
-        return f"reads its own weights in call ({', '.join(v.path for v in own)}), which tracing would freeze"
+    return [v for v in layer.variables if id(v) not in sublayer_variables]
+
+
+def _weight_attributes(layer):
+    """`{attribute: variable}`: the layer's own variables held as its attributes
+    (`self.position_embeddings = self.add_weight(...)`), which tracing reads through `Weight` nodes."""
+    own = {id(v) for v in _own_variables(layer)}
+    return {name: value for name, value in vars(layer).items() if id(value) in own}
+
+
+def _untraceable(layer):
+    """Why `layer` must stay as it is, or None: an own weight that `call` would read other than
+    as an attribute (in a list, through a sublayer's attribute) would be frozen."""
+    held = {id(v) for v in _weight_attributes(layer).values()}
+    hidden = [v for v in _own_variables(layer) if id(v) not in held]
+    if hidden:
+        return f"reads its own weights in call ({', '.join(v.path for v in hidden)}) not held as attributes, which tracing would freeze"
     return None
+
+
+def _call_with_weight_nodes(layer, args, kwargs):
+    """`layer.call(*args, **kwargs)` with each own weight attribute replaced, while it runs, by a
+    `Weight` node standing for it (tied to the first tensor argument), so that the traced graph
+    reads the weight instead of freezing its value."""
+    from .weight import Weight
+
+    attributes = _weight_attributes(layer)
+    anchor = next((a for a in args if hasattr(a, "shape")), None)
+    if attributes and anchor is None:
+        raise ValueError("its own weights are read in call, and it has no tensor argument to tie them to")
+    for name, variable in attributes.items():
+        object.__setattr__(layer, name, Weight.standing_for(variable, f"{layer.name}_{name}", anchor))
+    try:
+        return layer.call(*args, **kwargs)
+    finally:
+        for name, variable in attributes.items():
+            object.__setattr__(layer, name, variable)
 
 
 def _subclassed_input(model, shapes, batch_size):

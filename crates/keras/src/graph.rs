@@ -84,6 +84,15 @@ impl LayerSpec {
     pub fn is_operation(&self) -> bool {
         self.module.starts_with("keras.src.ops") || self.module.starts_with("keras.ops")
     }
+
+    /// A class of Keras itself (`keras.layers`, `keras.src...`) or of this project's flattener
+    /// (`keras2torch.weight`), not one of the user's, which may share a built-in class's name.
+    pub fn is_known_class(&self) -> bool {
+        let within = |package: &str| {
+            self.module == package || self.module.strip_prefix(package).is_some_and(|rest| rest.starts_with('.'))
+        };
+        within("keras") || within("keras2torch")
+    }
 }
 
 /// One call of a layer.

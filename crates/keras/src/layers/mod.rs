@@ -73,6 +73,7 @@ registry! {
     center_crop::CenterCrop => "CenterCrop";
     augmentation::Augmentation => "RandomFlip", "RandomRotation", "RandomZoom", "RandomContrast", "RandomTranslation",
         "RandomBrightness", "RandomCrop";
+    weight::Weight => "Weight";
 }
 
 pub use registry::supported_classes;

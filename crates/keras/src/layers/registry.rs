@@ -71,7 +71,7 @@ impl Layer {
         let layer = if spec.is_operation() {
             Self::Operation(OperationNode::build(&mut build)?)
         } else {
-            match Self::of_class(&spec.class_name, &mut build) {
+            match spec.is_known_class().then(|| Self::of_class(&spec.class_name, &mut build)).flatten() {
                 Some(layer) => layer?,
                 None => return Err(unsupported(file, spec, place)),
             }
@@ -115,7 +115,7 @@ fn unsupported(file: &Path, spec: &LayerSpec, place: &str) -> ModelError {
              the layer's output (token ids) on, feed it the ids, and keep {} in your data pipeline",
             spec.class_name, spec.class_name
         ),
-        _ if !spec.module.starts_with("keras") => format!(
+        _ if !spec.is_known_class() => format!(
             "a custom layer (registered as {:?}), whose Python code a file does not carry. \
              `cargo xtask flatten FILE --import YOUR_LAYERS.py --out FLAT.keras` re-traces custom layers \
              into built-in ones, with your Python and Keras",

@@ -1,5 +1,5 @@
-//! The operations that select, split and repeat values: `x[...]` (`GetItem`), `take`, `stack`,
-//! `unstack`, `split`, `tile`, `broadcast_to`, with numpy's semantics. `unstack` and `split`
+//! The operations that select, split and repeat values: `x[...]` (`GetItem`), `slice`, `take`,
+//! `stack`, `unstack`, `split`, `tile`, `broadcast_to`, with numpy's semantics. `unstack` and `split`
 //! have several outputs.
 
 use serde_json::Value as Json;
@@ -14,6 +14,10 @@ use model::error::Result;
 pub enum Indexing {
     /// `x[key]`: the key is the call's second argument (ints, slices, `None`, `...`).
     GetItem,
+    /// `slice(x, start_indices, shape)`: the block of `shape` from constant `start_indices`.
+    Slice {
+        shape: Vec<usize>,
+    },
     /// `take(x, indices, axis)` with constant indices.
     Take {
         axis: Option<i64>,
@@ -60,6 +64,7 @@ impl Indexing {
         };
         Ok(Some(match class {
             "GetItem" => Self::GetItem,
+            "Slice" => Self::Slice { shape: sizes(args, "shape")? },
             "Take" => Self::Take { axis: args.take_ints("axis")?.and_then(|a| a.first().copied()) },
             "Stack" => Self::Stack { axis: axis(args, 0)? },
             "Unstack" => {
@@ -104,6 +109,16 @@ impl Indexing {
                     return Err(call.error("the index is not a constant (indexing by a tensor is not supported)"));
                 };
                 vec![same(&x, get_item(x.tensor.clone(), &key, call)?)]
+            }
+            Self::Slice { shape } => {
+                let x = tensor()?;
+                let start = slice_start(call.args.get(1).and_then(Input::constant).as_ref(), shape, &x.tensor.shape())
+                    .map_err(|why| call.error(why))?;
+                let mut y = x.tensor.clone();
+                for (axis, (&from, &size)) in start.iter().zip(shape).enumerate() {
+                    y = y.slice_axis(axis, from, from + size, 1);
+                }
+                vec![same(&x, y)]
             }
             Self::Take { axis } => {
                 let x = tensor()?;
@@ -214,6 +229,17 @@ impl Indexing {
                     .collect();
                 format!("{x}[{}]", items.join(", "))
             }
+            Self::Slice { shape } => {
+                let start = args.get(1).and_then(Arg::constant).ok_or("slice's start indices are not constant")?;
+                let start: Vec<i64> = match start {
+                    Json::Array(items) => items.iter().map(Json::as_i64).collect::<Option<_>>(),
+                    _ => None,
+                }
+                .ok_or("slice's start indices are not integers")?;
+                let ranges: Vec<String> =
+                    start.iter().zip(shape).map(|(from, size)| format!("{from}:{}", from + *size as i64)).collect();
+                format!("{x}[{}]", ranges.join(", "))
+            }
             Self::Take { axis } => {
                 let indices = args.get(1).and_then(Arg::constant).ok_or("take's indices are not constant")?;
                 let list = render(&Arg::Const(indices.clone()));
@@ -247,6 +273,28 @@ fn sizes(args: &mut LayerArgs, argument: &str) -> Result<Vec<usize>> {
     values
         .into_iter()
         .map(|v| usize::try_from(v).map_err(|_| args.error(format!("{argument}: {v} is not a size"))))
+        .collect()
+}
+
+/// `slice`'s start indices (a constant list, one per axis of `shape`), checked against the
+/// input's `dims`: the block must lie inside it.
+fn slice_start(start: Option<&Json>, shape: &[usize], dims: &[usize]) -> std::result::Result<Vec<usize>, String> {
+    let start: Vec<i64> = match start {
+        Some(Json::Array(items)) => items.iter().map(Json::as_i64).collect::<Option<_>>(),
+        _ => None,
+    }
+    .ok_or("slice's start indices are not constant integers (tensor start indices are not supported)")?;
+    if start.len() != shape.len() || shape.len() != dims.len() {
+        return Err(format!("slice of {dims:?} from {start:?} of shape {shape:?}: one start and size per axis"));
+    }
+    start
+        .iter()
+        .zip(shape)
+        .zip(dims)
+        .map(|((&from, &size), &length)| match usize::try_from(from) {
+            Ok(from) if from + size <= length => Ok(from),
+            _ => Err(format!("slice of {dims:?} from {start:?} of shape {shape:?} leaves the input")),
+        })
         .collect()
 }
 

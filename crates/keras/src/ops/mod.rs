@@ -54,8 +54,37 @@ impl KerasLayer for OperationNode {
     }
 }
 
+/// An optional `dtype` argument (`None`: the input's).
+fn take_dtype(args: &mut LayerArgs) -> Result<Option<DType>> {
+    match args.take("dtype") {
+        Json::Null => Ok(None),
+        Json::String(name) => {
+            DType::parse(&name).map(Some).ok_or_else(|| args.error(format!("dtype {name:?} is not supported")))
+        }
+        other => Err(args.error(format!("dtype = {other}: a dtype name"))),
+    }
+}
+
+/// `x` of dtype `from` as `to`, as Keras casts: to bool by `!= 0`, float to int toward zero.
+fn cast(x: DynTensor, from: DType, to: DType) -> DynTensor {
+    match (from, to) {
+        (_, DType::Bool) => x.map(Unary::ToBool),
+        (DType::Float, DType::Int) => x.map(Unary::Truncate),
+        _ => x,
+    }
+}
+
+/// torch's name of a dtype.
+fn torch_dtype(dtype: DType) -> &'static str {
+    match dtype {
+        DType::Float => "torch.float32",
+        DType::Int => "torch.int64",
+        DType::Bool => "torch.bool",
+    }
+}
+
 /// Every operation class this converter runs, for the error on any other.
-const SUPPORTED: &str = "Add, Subtract, Multiply, Divide, TrueDivide, Power, Maximum, Minimum, Equal, NotEqual, Greater, GreaterEqual, Less, LessEqual, LogicalAnd, LogicalOr, LogicalXor, LogicalNot, Negative, Absolute, Abs, Square, Sqrt, Exp, Log, Tanh, Sigmoid, Relu, Gelu, Silu, Softmax, LogSoftmax, Sign, Floor, Round, Cast, Where, Clip, Matmul, Concatenate, Reshape, Transpose, ExpandDims, Squeeze, ExtractPatches, GetItem, Take, Stack, Unstack, Split, Tile, BroadcastTo, Mean, Sum, Max, Min, Prod, Any, All";
+const SUPPORTED: &str = "Add, Subtract, Multiply, Divide, TrueDivide, Power, Maximum, Minimum, Equal, NotEqual, Greater, GreaterEqual, Less, LessEqual, LogicalAnd, LogicalOr, LogicalXor, LogicalNot, Negative, Absolute, Abs, Square, Sqrt, Exp, Log, Tanh, Sigmoid, Relu, Gelu, Silu, Softmax, LogSoftmax, Sign, Floor, Round, Cast, ConvertToTensor, ZerosLike, OnesLike, FullLike, Where, Clip, Matmul, Concatenate, Reshape, Transpose, ExpandDims, Squeeze, ExtractPatches, GetItem, Slice, Take, Stack, Unstack, Split, Tile, BroadcastTo, Mean, Sum, Max, Min, Prod, Any, All";
 
 #[derive(Debug, Clone)]
 pub enum Operation {
@@ -70,6 +99,13 @@ pub enum Operation {
         log: bool,
     },
     Cast(DType),
+    /// `convert_to_tensor(x, dtype)`: the value, cast where a dtype is given.
+    ConvertToTensor(Option<DType>),
+    /// `zeros_like`, `ones_like`, `full_like`: `value` in the input's shape.
+    FullLike {
+        value: f64,
+        dtype: Option<DType>,
+    },
     Where,
     Clip {
         min: f64,
@@ -169,6 +205,25 @@ impl Operation {
                 let name = args.take_str("dtype", "float32")?;
                 DType::parse(&name).map(Self::Cast).ok_or_else(|| args.error(format!("dtype {name:?} is not supported")))
             }
+            "ConvertToTensor" => {
+                for unsupported in ["sparse", "ragged"] {
+                    if args.take_bool(unsupported, false)? {
+                        return Err(args.error(format!("{unsupported}=True: not supported")));
+                    }
+                }
+                Ok(Self::ConvertToTensor(take_dtype(args)?))
+            }
+            "ZerosLike" | "OnesLike" | "FullLike" => {
+                let value = match class {
+                    "ZerosLike" => 0.0,
+                    "OnesLike" => 1.0,
+                    _ => args.take_f64("fill_value", f64::NAN)?,
+                };
+                if value.is_nan() {
+                    return Err(args.error("fill_value: a number (a tensor fill value is not supported)"));
+                }
+                Ok(Self::FullLike { value, dtype: take_dtype(args)? })
+            }
             "Where" => Ok(Self::Where),
             "Clip" => Ok(Self::Clip { min: args.take_f64("x_min", f64::NEG_INFINITY)?, max: args.take_f64("x_max", f64::INFINITY)? }),
             "Matmul" => Ok(Self::Matmul),
@@ -257,12 +312,19 @@ impl Operation {
             }
             Self::Cast(to) => {
                 let (x, from) = operand(0)?;
-                let y = match (from, to) {
-                    (_, DType::Bool) => x.map(Unary::ToBool),
-                    (DType::Float, DType::Int) => x.map(Unary::Truncate),
-                    _ => x,
-                };
-                (y, *to)
+                (cast(x, from, *to), *to)
+            }
+            Self::ConvertToTensor(to) => {
+                let (x, from) = operand(0)?;
+                match to {
+                    Some(to) => (cast(x, from, *to), *to),
+                    None => (x, from),
+                }
+            }
+            Self::FullLike { value, dtype } => {
+                let (x, from) = operand(0)?;
+                let y = DynTensor::full(&x.shape(), *value as f32, &x.device());
+                (y, dtype.unwrap_or(from))
             }
             Self::Where => {
                 let (c, _) = operand(0)?;
@@ -407,15 +469,21 @@ impl Operation {
             Self::Softmax { axis, log } => {
                 format!("torch.{}({}, dim={axis})", if *log { "log_softmax" } else { "softmax" }, tensor(0)?)
             }
-            Self::Cast(to) => format!(
-                "{}.to({})",
-                tensor(0)?,
-                match to {
-                    DType::Float => "torch.float32",
-                    DType::Int => "torch.int64",
-                    DType::Bool => "torch.bool",
+            Self::Cast(to) | Self::ConvertToTensor(Some(to)) => format!("{}.to({})", tensor(0)?, torch_dtype(*to)),
+            Self::ConvertToTensor(None) => tensor(0)?,
+            Self::FullLike { value, dtype } => {
+                let like = if *value == 0.0 {
+                    format!("torch.zeros_like({}", tensor(0)?)
+                } else if *value == 1.0 {
+                    format!("torch.ones_like({}", tensor(0)?)
+                } else {
+                    format!("torch.full_like({}, {}", tensor(0)?, py_float(*value))
+                };
+                match dtype {
+                    Some(to) => format!("{like}, dtype={})", torch_dtype(*to)),
+                    None => format!("{like})"),
                 }
-            ),
+            }
             Self::Where => format!("torch.where({}.bool(), {}, {})", tensor(0)?, tensor(1)?, tensor(2)?),
             Self::Clip { min, max } => format!("torch.clamp({}, {}, {})", tensor(0)?, py_float(*min), py_float(*max)),
             Self::Matmul => format!("torch.matmul({}, {})", tensor(0)?, tensor(1)?),

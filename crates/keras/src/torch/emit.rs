@@ -39,6 +39,15 @@ impl TorchModule<'_> {
         let _ = writeln!(self.init, "        self.{} = {constructor}", self.attr);
     }
 
+    /// `self.<attr>`, a parameter of the module itself (not a submodule, so `check` does not
+    /// hook it), with its state-dict entry `<attr>`.
+    pub fn parameter(&mut self, tensor: HostTensor) {
+        let shape: Vec<String> = tensor.shape.iter().map(usize::to_string).collect();
+        let _ = writeln!(self.init, "        self.{} = torch.nn.Parameter(torch.zeros({}))", self.attr, shape.join(", "));
+        self.state.insert(self.attr.to_string(), tensor);
+        self.traced = false;
+    }
+
     /// The state-dict entry `<attr>.<name>`, in torch's layout.
     pub fn tensor(&mut self, name: &str, tensor: HostTensor) {
         self.state.insert(format!("{}.{name}", self.attr), tensor);
