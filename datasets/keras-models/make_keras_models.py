@@ -1029,6 +1029,24 @@ def bench_forecaster():
                 "the benchmark's causal forecaster: 3 pre-norm blocks of MultiHeadAttention(6, 4) causal on [B, 136, 4]")
 
 
+def custom_dense():
+    """`custom_dense.keras`: a user's class named `Dense` (a subclass doubling keras' Dense), which
+    a reader must refuse as a custom layer, not read as keras.layers.Dense."""
+
+    @keras.saving.register_keras_serializable(package="make_keras_models")
+    class Dense(layers.Dense):
+        def call(self, inputs):
+            return super().call(inputs) * 2.0
+
+    rng = fresh(27)
+    x = keras.Input((4,), name="values")
+    model = keras.Model(x, Dense(2, name="doubled")(x), name="custom_dense")
+    randomise(model, rng)
+    model.save(os.path.join(HERE, "custom_dense.keras"))
+    keras.saving.get_custom_objects().pop("make_keras_models>Dense")
+    print("wrote custom_dense.keras")
+
+
 DROPOUT_DRAWS = 20000
 
 
@@ -1351,6 +1369,7 @@ MODELS = [
     bench_lstm,
     bench_timeseries,
     bench_forecaster,
+    custom_dense,
     recurrent_dropout,
     refusals,
     timeseries_train,

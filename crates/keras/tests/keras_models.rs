@@ -112,6 +112,9 @@ fn unsupported_layers_are_refused_with_their_name_and_class() {
     assert!(lambda.contains("(Lambda, called on ") && lambda.contains("--layer"), "{lambda}");
     let custom = load_error("custom_layer.keras");
     assert!(custom.contains("custom layer"), "{custom}");
+    // A user's class named as a built-in one is the user's: `make_keras_models>Dense` is no Dense.
+    let named = load_error("custom_dense.keras");
+    assert!(named.contains("custom layer") && named.contains("make_keras_models>Dense"), "{named}");
 }
 
 #[test]
