@@ -10,6 +10,10 @@
 //! ```
 
 use std::path::PathBuf;
+
+/// The allocator `cargo xtask` runs on: mimalloc, freed memory kept (xtask's main.rs says why).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
@@ -45,6 +49,10 @@ fn flat(output: DynTensor) -> Result<Tensor<1>> {
 }
 
 fn main() -> Result<()> {
+    /// `mi_option_purge_delay` of `mimalloc.h`, as xtask's main.rs sets it.
+    const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+    // SAFETY: sets one of mimalloc's options, which it allows at any time.
+    unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, -1) };
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let path = args
