@@ -1,5 +1,6 @@
 //! `keras.layers.Activation(activation)`: one of Keras' activations, elementwise. It supports
-//! masking. torch: the prelude's `ACTIVATIONS` table (torch's functions where they are exact).
+//! masking. torch: the activation as [`crate::torch::activate`] writes it (torch's function where
+//! it is exact, else the prelude's function of Keras' name).
 
 use burn::module::Module;
 

@@ -296,7 +296,7 @@ pub fn fold(function: &str, xs: &[String]) -> String {
     xs.iter().skip(1).fold(xs[0].clone(), |acc, x| format!("{function}({acc}, {x})"))
 }
 
-/// The prelude's name of a Keras activation (`ACTIVATIONS[name]`).
+/// The prelude's name of a Keras activation (`ACTIVATIONS[name]`, `activation="name"`).
 pub fn activation_name(a: Activation) -> &'static str {
     match a {
         Activation::Linear => "linear",
@@ -321,10 +321,46 @@ pub fn activation_name(a: Activation) -> &'static str {
     }
 }
 
-/// `x` through the activation (unchanged for `linear`).
+/// `x` through the activation (unchanged for `linear`), as `ACTIVATIONS[name]` in the prelude
+/// computes it: the torch function where it is the one Keras computes (`F.gelu` with the
+/// `approximate` Keras' activation takes, softmax over the last axis), else the prelude's function
+/// of Keras' name (`softplus`, `hard_sigmoid`, `hard_silu`, `mish`: Keras' order of operations).
 pub fn activate(a: Activation, x: &str) -> String {
     match a {
         Activation::Linear => x.to_string(),
-        _ => format!("ACTIVATIONS[{:?}]({x})", activation_name(a)),
+        Activation::Relu => format!("F.relu({x})"),
+        Activation::Gelu { approximate: false } => format!("F.gelu({x}, approximate=\"none\")"),
+        Activation::Gelu { approximate: true } => format!("F.gelu({x}, approximate=\"tanh\")"),
+        Activation::Silu => format!("F.silu({x})"),
+        Activation::Tanh => format!("torch.tanh({x})"),
+        Activation::Sigmoid => format!("torch.sigmoid({x})"),
+        Activation::Softmax => format!("F.softmax({x}, dim=-1)"),
+        Activation::LogSoftmax => format!("F.log_softmax({x}, dim=-1)"),
+        Activation::Elu => format!("F.elu({x})"),
+        Activation::Selu => format!("F.selu({x})"),
+        Activation::Softplus => format!("softplus({x})"),
+        Activation::Softsign => format!("F.softsign({x})"),
+        Activation::HardSigmoid => format!("hard_sigmoid({x})"),
+        Activation::HardSilu => format!("hard_silu({x})"),
+        Activation::LeakyRelu => format!("F.leaky_relu({x}, negative_slope=0.2)"),
+        Activation::Relu6 => format!("F.relu6({x})"),
+        Activation::Mish => format!("mish({x})"),
+        Activation::Exponential => format!("torch.exp({x})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn activations_are_torch_functions_where_exact_else_the_prelude_s() {
+        assert_eq!(activate(Activation::Linear, "x"), "x");
+        assert_eq!(activate(Activation::Relu, "x"), "F.relu(x)");
+        // keras.activations.gelu's approximate is False (keras.ops.gelu's True).
+        assert_eq!(activate(Activation::Gelu { approximate: false }, "x"), r#"F.gelu(x, approximate="none")"#);
+        assert_eq!(activate(Activation::Softmax, "x"), "F.softmax(x, dim=-1)");
+        assert_eq!(activate(Activation::Softplus, "x"), "softplus(x)");
+        assert_eq!(activate(Activation::HardSilu, "x"), "hard_silu(x)");
     }
 }

@@ -13,10 +13,29 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # ---------------------------------------------------------------------------------------------
 
 
+def softplus(x):
+    """keras.activations.softplus: relu(x) + log1p(exp(-|x|)), the stable form TensorFlow's
+    kernel follows (F.softplus returns x itself above its threshold of 20)."""
+    return F.relu(x) + torch.log1p(torch.exp(-x.abs()))
+
+
 def hard_sigmoid(x):
+    """keras.activations.hard_sigmoid: relu6(x + 3) / 6, in Keras' order of operations."""
     return F.relu6(x + 3.0) / 6.0
 
 
+def hard_silu(x):
+    """keras.activations.hard_silu: x * hard_sigmoid(x) (F.hardswish divides the product instead)."""
+    return x * hard_sigmoid(x)
+
+
+def mish(x):
+    """keras.activations.mish: x * tanh(softplus(x)), with Keras' softplus."""
+    return x * torch.tanh(softplus(x))
+
+
+# Keras' activations by name, for the classes below that take `activation="..."`; `forward`
+# calls each as written here (the torch function itself wherever it computes what Keras does).
 ACTIVATIONS = {
     "linear": lambda x: x,
     "relu": F.relu,
@@ -25,17 +44,17 @@ ACTIVATIONS = {
     "silu": F.silu,
     "tanh": torch.tanh,
     "sigmoid": torch.sigmoid,
-    "softmax": lambda x: torch.softmax(x, dim=-1),
-    "log_softmax": lambda x: torch.log_softmax(x, dim=-1),
+    "softmax": lambda x: F.softmax(x, dim=-1),
+    "log_softmax": lambda x: F.log_softmax(x, dim=-1),
     "elu": F.elu,
     "selu": F.selu,
-    "softplus": lambda x: F.relu(x) + torch.log1p(torch.exp(-x.abs())),
+    "softplus": softplus,
     "softsign": F.softsign,
     "hard_sigmoid": hard_sigmoid,
-    "hard_silu": lambda x: x * hard_sigmoid(x),
-    "leaky_relu": lambda x: F.leaky_relu(x, 0.2),
+    "hard_silu": hard_silu,
+    "leaky_relu": lambda x: F.leaky_relu(x, negative_slope=0.2),
     "relu6": F.relu6,
-    "mish": lambda x: x * torch.tanh(F.relu(x) + torch.log1p(torch.exp(-x.abs()))),
+    "mish": mish,
     "exponential": torch.exp,
 }
 
