@@ -498,6 +498,10 @@ fn convert_writes_a_whole_keras_model_as_a_torch_module_with_its_probe() {
         source.contains("load_state_dict(load_file(path), strict=True)")
             && source.contains("class Model(torch.nn.Module)")
     );
+    // forward reads as the Keras code: torch's functions where exact, the prelude's by keyword.
+    for line in ["F.gelu(self.ffn_up(x4), approximate=\"none\")", "global_average_pooling1d(x6, mask=x8)"] {
+        assert!(source.contains(line), "{line} missing from:\n{source}");
+    }
     let weights = model::TensorFile::read(&dir.join("classifier.safetensors")).unwrap();
     // Keras' (in, out) kernel becomes torch's (out, in) weight.
     assert_eq!(weights.tensors.get("ffn_up.weight").unwrap().shape, vec![16, 8]);

@@ -8,7 +8,7 @@ use burn::tensor::Tensor;
 
 use super::attention::{AttentionInputs, apply_scores, pairwise_sum, torch_attention_call};
 use super::{Build, Call, KerasLayer, Variable, flat_tensor};
-use crate::torch::{TorchCall, TorchModule, py_bool};
+use crate::torch::{PyCall, TorchCall, TorchModule, py_bool, py_float};
 use crate::value::{Binary, DynTensor, Reduce, Unary, Value};
 use model::error::Result;
 use model::weights::HostTensor;
@@ -46,12 +46,13 @@ impl KerasLayer for AdditiveAttention {
     }
 
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
-        let width = self.scale.as_ref().map_or(0, |s| s.dims()[0]);
-        module.construct(format!(
-            "AdditiveAttention({width}, use_scale={}, dropout={:?})",
-            py_bool(self.scale.is_some()),
-            self.dropout
-        ));
+        let features = self.scale.as_ref().map(|s| s.dims()[0]);
+        module.construct(
+            PyCall::new("AdditiveAttention")
+                .kw_if(features.is_some(), "features", features.unwrap_or(0))
+                .kw("use_scale", py_bool(self.scale.is_some()))
+                .kw("dropout", py_float(self.dropout)),
+        );
         if let Some(s) = &self.scale {
             module.tensor("scale", HostTensor::from_tensor(s.val()));
         }

@@ -10,7 +10,7 @@ use burn::tensor::{Distribution, Tensor};
 
 use super::{Build, Call, Input, KerasLayer, Variable, random};
 use crate::graph::Arg;
-use crate::torch::{TorchCall, TorchModule, py_bool, var};
+use crate::torch::{PyCall, TorchCall, TorchModule, py_bool, py_float, py_str, var};
 use crate::value::{Binary, DynTensor, Reduce, Unary, Value};
 use model::error::Result;
 use model::weights::HostTensor;
@@ -70,12 +70,12 @@ impl KerasLayer for Attention {
     }
 
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
-        module.construct(format!(
-            "Attention(use_scale={}, concat={}, dropout={:?})",
-            py_bool(self.scale.is_some()),
-            py_bool(self.concat_score_weight.is_some()),
-            self.dropout
-        ));
+        module.construct(
+            PyCall::new("Attention")
+                .kw("use_scale", py_bool(self.scale.is_some()))
+                .kw("score_mode", py_str(if self.concat_score_weight.is_some() { "concat" } else { "dot" }))
+                .kw("dropout", py_float(self.dropout)),
+        );
         for (name, p) in [("scale", &self.scale), ("concat_score_weight", &self.concat_score_weight)] {
             if let Some(p) = p {
                 module.tensor(name, HostTensor::from_tensor(p.val()).reshaped(vec![]));
@@ -186,7 +186,6 @@ pub fn torch_attention_call(call: &mut TorchCall) -> Result<()> {
         return Err(call.refuse("inputs: [query, value] or [query, value, key]"));
     }
     let (query, value) = (ports[0], ports[1]);
-    let key = ports.get(2).copied().unwrap_or(value);
     let (query_mask, value_mask) = match call.kwarg("mask") {
         Some(Arg::List(masks)) => {
             let mask = |i: usize| match masks.get(i) {
@@ -198,15 +197,14 @@ pub fn torch_attention_call(call: &mut TorchCall) -> Result<()> {
         _ => (call.mask_of(query), call.mask_of(value)),
     };
     let (causal, scores) = (call.flag("use_causal_mask"), call.flag("return_attention_scores"));
-    let invocation = format!(
-        "self.{}({}, {}, {}, {query_mask}, {value_mask}, use_causal_mask={}, return_attention_scores={})",
-        call.attr,
-        var(query),
-        var(value),
-        var(key),
-        py_bool(causal),
-        py_bool(scores)
-    );
-    call.assign_outputs(if scores { 2 } else { 1 }, &invocation, &query_mask);
+    let invocation = PyCall::new(format!("self.{}", call.attr))
+        .arg(var(query))
+        .arg(var(value))
+        .kw_if(ports.len() == 3, "key", ports.get(2).map_or(String::new(), |&key| var(key)))
+        .kw_if(query_mask != "None", "query_mask", &query_mask)
+        .kw_if(value_mask != "None", "value_mask", &value_mask)
+        .kw_if(causal, "use_causal_mask", "True")
+        .kw_if(scores, "return_attention_scores", "True");
+    call.assign_outputs(if scores { 2 } else { 1 }, &invocation.to_string(), &query_mask);
     Ok(())
 }

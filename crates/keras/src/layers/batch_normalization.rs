@@ -8,7 +8,7 @@ use burn::tensor::Tensor;
 
 use super::moments::{moments, normalize};
 use super::{Build, Call, KerasLayer, Variable, flat_tensor, keep_mask};
-use crate::torch::{TorchCall, TorchModule, py_bool};
+use crate::torch::{PyCall, TorchCall, TorchModule, py_bool};
 use crate::value::{DynTensor, Value};
 use model::error::Result;
 use model::weights::HostTensor;
@@ -99,14 +99,15 @@ impl KerasLayer for BatchNormalization {
 
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
         let channels = self.moving_mean.value_sync().dims()[0];
-        module.construct(format!(
-            "BatchNormalization({channels}, {}, {:e}, {:?}, {}, {})",
-            self.axis,
-            self.epsilon,
-            self.momentum,
-            py_bool(self.beta.is_some()),
-            py_bool(self.gamma.is_some())
-        ));
+        module.construct(
+            PyCall::new("BatchNormalization")
+                .kw("channels", channels)
+                .kw("axis", self.axis)
+                .kw("epsilon", format!("{:e}", self.epsilon))
+                .kw("momentum", format!("{:?}", self.momentum))
+                .kw("center", py_bool(self.beta.is_some()))
+                .kw("scale", py_bool(self.gamma.is_some())),
+        );
         for (name, t) in self.tensors() {
             module.tensor(name, t);
         }
@@ -115,7 +116,8 @@ impl KerasLayer for BatchNormalization {
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let (x, mask) = (call.input()?, call.previous_mask());
-        call.assign(&format!("self.{}({x}, {mask})", call.attr), &mask);
+        let invocation = PyCall::new(format!("self.{}", call.attr)).arg(x).kw_if(mask != "None", "mask", &mask);
+        call.assign(&invocation.to_string(), &mask);
         Ok(format!("BatchNormalization(axis {}, eps {:e})", self.axis, self.epsilon))
     }
 }

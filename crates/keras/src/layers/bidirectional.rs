@@ -237,8 +237,8 @@ impl KerasLayer for Bidirectional {
             return Ok(());
         }
         let mut arguments = vec![
-            self.forward.torch().prelude_constructor(),
-            self.backward.torch().prelude_constructor(),
+            format!("forward_layer={}", self.forward.torch().prelude_constructor()),
+            format!("backward_layer={}", self.backward.torch().prelude_constructor()),
         ];
         if self.merge_mode != MergeMode::Concat {
             arguments.push(format!("merge_mode={:?}", self.merge_mode.keras_name()).replace("\"None\"", "None"));

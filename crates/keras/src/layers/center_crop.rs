@@ -1,13 +1,13 @@
 //! `keras.layers.CenterCrop(height, width, data_format)`: the centred `height x width` window
 //! (start `(in - size) // 2`); an image smaller than that on either axis is instead cropped to
 //! the target's aspect ratio and resized bilinearly (Keras' `smart_resize`). It does not
-//! support masking. torch: slicing, or the prelude's `resize`.
+//! support masking. torch: the prelude's `center_crop` (slicing, or its `resize`).
 
 use burn::module::Module;
 
 use super::resize::{aspect_crop, bilinear_axis};
 use super::{Build, Call, KerasLayer};
-use crate::torch::{TorchCall, py_bool};
+use crate::torch::{PyCall, TorchCall};
 use crate::value::Value;
 use model::error::Result;
 
@@ -51,7 +51,12 @@ impl KerasLayer for CenterCrop {
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let x = call.input()?;
-        let y = format!("center_crop({x}.float(), ({}, {}), {})", self.height, self.width, py_bool(self.channels_last));
+        let y = PyCall::new("center_crop")
+            .arg(format!("{x}.float()"))
+            .kw("height", self.height)
+            .kw("width", self.width)
+            .kw_if(!self.channels_last, "channels_last", "False")
+            .to_string();
         call.assign(&y, "None");
         Ok(format!("centre crop to ({}, {})", self.height, self.width))
     }

@@ -48,7 +48,7 @@ impl KerasLayer for Concatenate {
         let xs = ports.iter().map(|p| var(*p)).collect::<Vec<_>>().join(", ");
         let ms = ports.iter().map(|p| call.mask_of(*p)).collect::<Vec<_>>().join(", ");
         let axis = self.axis;
-        call.assign(&format!("torch.cat([{xs}], dim={axis})"), &format!("concatenate_masks([{xs}], [{ms}], {axis})"));
+        call.assign(&format!("torch.cat([{xs}], dim={axis})"), &format!("concatenate_masks([{xs}], [{ms}], axis={axis})"));
         Ok("torch.cat".into())
     }
 }

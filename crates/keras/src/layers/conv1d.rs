@@ -12,7 +12,7 @@ use burn::tensor::{Tensor, module::conv1d};
 
 use super::{Build, Call, KerasLayer, Variable, same_padding};
 use crate::activation::Activation;
-use crate::torch::{TorchCall, TorchModule, activation_name, py_bool};
+use crate::torch::{PyCall, TorchCall, TorchModule, activation_name, py_bool, py_str};
 use crate::value::{DynTensor, Value};
 use model::error::Result;
 use model::weights::HostTensor;
@@ -101,17 +101,19 @@ impl KerasLayer for Conv1D {
 
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
         let [filters, per_group, kernel] = self.weight.dims();
-        module.construct(format!(
-            "Conv1D({}, {filters}, {kernel}, {}, {}, {}, {}, {:?}, {}, {:?})",
-            per_group * self.groups,
-            self.stride,
-            self.dilation,
-            self.groups,
-            py_bool(self.bias.is_some()),
-            self.padding,
-            py_bool(self.channels_last),
-            activation_name(self.activation)
-        ));
+        module.construct(
+            PyCall::new("Conv1D")
+                .kw("in_channels", per_group * self.groups)
+                .kw("filters", filters)
+                .kw("kernel_size", kernel)
+                .kw("strides", self.stride)
+                .kw("dilation_rate", self.dilation)
+                .kw("groups", self.groups)
+                .kw("use_bias", py_bool(self.bias.is_some()))
+                .kw("padding", py_str(&self.padding))
+                .kw_if(!self.channels_last, "channels_last", "False")
+                .kw_if(self.activation != Activation::Linear, "activation", py_str(activation_name(self.activation))),
+        );
         module.tensor("conv.weight", HostTensor::from_tensor(self.weight.val()));
         if let Some(b) = &self.bias {
             module.tensor("conv.bias", HostTensor::from_tensor(b.val()));

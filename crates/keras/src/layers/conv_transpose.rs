@@ -15,7 +15,7 @@ use burn::tensor::ops::ConvTransposeOptions;
 use super::convolution::spatial_sizes;
 use super::{Build, Call, KerasLayer, Variable};
 use crate::activation::Activation;
-use crate::torch::{TorchCall, TorchModule, activation_name, py_bool};
+use crate::torch::{PyCall, TorchCall, TorchModule, activation_name, py_bool, py_str};
 use crate::value::{DynTensor, Value};
 use model::error::Result;
 use model::weights::HostTensor;
@@ -135,17 +135,20 @@ impl KerasLayer for ConvTranspose {
 
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
         let [inputs, filters, kh, kw] = self.weight.dims();
-        module.construct(format!(
-            "ConvTranspose({inputs}, {filters}, ({kh}, {kw}), stride={:?}, dilation={:?}, bias={}, same={}, output_padding={}, channels_last={}, one_dimensional={}, activation={:?})",
-            self.stride,
-            self.dilation,
-            py_bool(self.bias.is_some()),
-            py_bool(self.same),
-            self.output_padding.map_or("None".into(), |p| format!("{p:?}")),
-            py_bool(self.channels_last),
-            py_bool(self.one_dimensional),
-            activation_name(self.activation)
-        ));
+        module.construct(
+            PyCall::new("ConvTranspose")
+                .kw("in_channels", inputs)
+                .kw("filters", filters)
+                .kw("kernel_size", format!("[{kh}, {kw}]"))
+                .kw("strides", format!("{:?}", self.stride))
+                .kw("dilation_rate", format!("{:?}", self.dilation))
+                .kw("use_bias", py_bool(self.bias.is_some()))
+                .kw("padding", py_str(if self.same { "same" } else { "valid" }))
+                .kw_if(self.output_padding.is_some(), "output_padding", format!("{:?}", self.output_padding.unwrap_or_default()))
+                .kw_if(!self.channels_last, "channels_last", "False")
+                .kw_if(self.activation != Activation::Linear, "activation", py_str(activation_name(self.activation)))
+                .kw_if(self.one_dimensional, "one_dimensional", "True"),
+        );
         module.tensor("conv.weight", HostTensor::from_tensor(self.weight.val()));
         if let Some(b) = &self.bias {
             module.tensor("bias", HostTensor::from_tensor(b.val()));

@@ -9,7 +9,7 @@ use burn::tensor::ops::ConvOptions;
 
 use super::{Build, Call, same_padding};
 use crate::activation::Activation;
-use crate::torch::{TorchModule, activation_name, py_bool};
+use crate::torch::{PyCall, TorchModule, activation_name, py_bool, py_str};
 use crate::value::DynTensor;
 use model::error::Result;
 use model::weights::HostTensor;
@@ -106,6 +106,19 @@ impl Window2D {
 }
 
 impl Window2D {
+    /// The window's `kernel_size`, `strides` and `dilation_rate` as keyword arguments of a
+    /// prelude constructor.
+    pub fn torch_arguments(&self, call: PyCall) -> PyCall {
+        call.kw("kernel_size", format!("{:?}", self.kernel))
+            .kw("strides", format!("{:?}", self.stride))
+            .kw("dilation_rate", format!("{:?}", self.dilation))
+    }
+
+    /// The window's padding as a prelude constructor takes it: `"same"` or `"valid"`.
+    pub fn torch_padding(&self) -> String {
+        py_str(if self.same { "same" } else { "valid" })
+    }
+
     /// The prelude's `Conv2D` (`nn.Conv2d` behind TensorFlow's padding and Keras' layout) with
     /// `weight: [F, C / groups, kh, kw]` and the bias in its state dict.
     pub fn torch_conv2d(
@@ -117,18 +130,15 @@ impl Window2D {
         activation: Activation,
     ) {
         let [filters, per_group, _, _] = weight.dims();
-        module.construct(format!(
-            "Conv2D({}, {filters}, {:?}, stride={:?}, dilation={:?}, groups={groups}, bias={}, same={}, channels_last={}, activation={:?}, one_dimensional={})",
-            per_group * groups,
-            self.kernel,
-            self.stride,
-            self.dilation,
-            py_bool(bias.is_some()),
-            py_bool(self.same),
-            py_bool(self.channels_last),
-            activation_name(activation),
-            py_bool(self.one_dimensional)
-        ));
+        module.construct(
+            self.torch_arguments(PyCall::new("Conv2D").kw("in_channels", per_group * groups).kw("filters", filters))
+                .kw("groups", groups)
+                .kw("use_bias", py_bool(bias.is_some()))
+                .kw("padding", self.torch_padding())
+                .kw_if(!self.channels_last, "channels_last", "False")
+                .kw_if(activation != Activation::Linear, "activation", py_str(activation_name(activation)))
+                .kw_if(self.one_dimensional, "one_dimensional", "True"),
+        );
         module.tensor("conv.weight", HostTensor::from_tensor(weight));
         if let Some(b) = bias {
             module.tensor("conv.bias", HostTensor::from_tensor(b));

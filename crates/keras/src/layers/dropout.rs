@@ -1,12 +1,13 @@
 //! `keras.layers.Dropout(rate)` and `SpatialDropout1D(rate)` (whole channels): in training,
 //! zero each value (or channel) with probability `rate` and scale the rest by `1 / (1 - rate)`;
-//! the identity otherwise. Both support masking. torch: the prelude's `dropout`.
+//! the identity otherwise. Both support masking. torch: the prelude's `dropout` (its
+//! `keras_dropout` in training) and `spatial_dropout1d`.
 
 use burn::module::Module;
 use burn::tensor::Distribution;
 
 use super::{Build, Call, KerasLayer, keep_mask, random};
-use crate::torch::{TorchCall, py_bool};
+use crate::torch::{TorchCall, py_float};
 use crate::value::{Binary, DynTensor, Unary, Value};
 use model::error::Result;
 
@@ -43,7 +44,8 @@ impl KerasLayer for Dropout {
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let x = call.input()?;
-        let y = format!("dropout({x}, {:?}, {}, self.training)", self.rate, py_bool(self.spatial));
+        let function = if self.spatial { "spatial_dropout1d" } else { "dropout" };
+        let y = format!("{function}({x}, rate={}, training=self.training)", py_float(self.rate));
         call.assign(&y, &call.previous_mask());
         Ok("dropout (identity in eval)".into())
     }

@@ -6,7 +6,7 @@ use burn::tensor::{EinsumOperand, Tensor};
 
 use super::{Build, Call, KerasLayer, Variable, flat_tensor};
 use crate::activation::Activation;
-use crate::torch::{TorchCall, TorchModule, activation_name};
+use crate::torch::{PyCall, TorchCall, TorchModule, activation_name, py_str};
 use crate::value::{Binary, DynTensor, Value};
 use model::error::Result;
 use model::weights::HostTensor;
@@ -98,13 +98,13 @@ impl KerasLayer for EinsumDense {
     }
 
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
-        let bias = if self.bias.is_some() { format!("{:?}", self.bias_shape) } else { "None".into() };
-        module.construct(format!(
-            "EinsumDense({:?}, {:?}, {bias}, {:?})",
-            self.equation,
-            self.kernel_shape,
-            activation_name(self.activation)
-        ));
+        module.construct(
+            PyCall::new("EinsumDense")
+                .kw("equation", py_str(&self.equation))
+                .kw("kernel_shape", format!("{:?}", self.kernel_shape))
+                .kw_if(self.bias.is_some(), "bias_shape", format!("{:?}", self.bias_shape))
+                .kw_if(self.activation != Activation::Linear, "activation", py_str(activation_name(self.activation))),
+        );
         module.tensor("kernel", HostTensor::from_tensor(self.kernel.val()).reshaped(self.kernel_shape.clone()));
         if let Some(b) = &self.bias {
             module.tensor("bias", HostTensor::from_tensor(b.val()).reshaped(self.bias_shape.clone()));

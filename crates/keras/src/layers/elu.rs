@@ -4,7 +4,7 @@ use burn::module::Module;
 
 use super::{Build, Call, KerasLayer, keep_mask};
 use crate::activation::elu;
-use crate::torch::TorchCall;
+use crate::torch::{TorchCall, py_float};
 use crate::value::{Value, map_rank};
 use model::error::Result;
 
@@ -26,7 +26,7 @@ impl KerasLayer for ELU {
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let x = call.input()?;
-        call.assign(&format!("keras_elu({x}, {:?})", self.alpha), &call.previous_mask());
+        call.assign(&format!("keras_elu({x}, alpha={})", py_float(self.alpha)), &call.previous_mask());
         Ok("ELU".into())
     }
 }

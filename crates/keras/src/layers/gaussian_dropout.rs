@@ -6,7 +6,7 @@ use burn::module::Module;
 use burn::tensor::Distribution;
 
 use super::{Build, Call, KerasLayer, keep_mask, random};
-use crate::torch::TorchCall;
+use crate::torch::{TorchCall, py_float};
 use crate::value::{Binary, DynTensor, Value};
 use model::error::Result;
 
@@ -35,7 +35,7 @@ impl KerasLayer for GaussianDropout {
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let x = call.input()?;
-        call.assign(&format!("gaussian_dropout({x}, {:?}, self.training)", self.rate), &call.previous_mask());
+        call.assign(&format!("gaussian_dropout({x}, rate={}, training=self.training)", py_float(self.rate)), &call.previous_mask());
         Ok("Gaussian dropout (identity in eval)".into())
     }
 }

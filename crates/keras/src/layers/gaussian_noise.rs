@@ -5,7 +5,7 @@ use burn::module::Module;
 use burn::tensor::Distribution;
 
 use super::{Build, Call, KerasLayer, keep_mask, random};
-use crate::torch::TorchCall;
+use crate::torch::{TorchCall, py_float};
 use crate::value::{Binary, DynTensor, Value};
 use model::error::Result;
 
@@ -32,7 +32,7 @@ impl KerasLayer for GaussianNoise {
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let x = call.input()?;
-        call.assign(&format!("gaussian_noise({x}, {:?}, self.training)", self.stddev), &call.previous_mask());
+        call.assign(&format!("gaussian_noise({x}, stddev={}, training=self.training)", py_float(self.stddev)), &call.previous_mask());
         Ok("Gaussian noise (identity in eval)".into())
     }
 }

@@ -1,11 +1,12 @@
 //! `keras.layers.GlobalAveragePooling1D` and `GlobalMaxPooling1D(data_format, keepdims)` over
 //! the steps axis. The average is over the unmasked steps only (it consumes the mask); neither
-//! hands a mask on. torch: the prelude's `global_average_pool1d`, and `torch.amax`.
+//! hands a mask on. torch: `torch.amax`, `torch.mean` or, with a mask, the prelude's
+//! `global_average_pooling1d`.
 
 use burn::module::Module;
 
 use super::{Build, Call, KerasLayer};
-use crate::torch::{TorchCall, py_bool};
+use crate::torch::{PyCall, TorchCall, py_bool};
 use crate::value::{Binary, DynTensor, Reduce, Value};
 use model::error::Result;
 
@@ -48,14 +49,21 @@ impl KerasLayer for GlobalPooling1D {
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let x = call.input()?;
-        let (channels_last, keepdims) = (py_bool(self.channels_last), py_bool(self.keepdims));
-        if self.max {
-            let dim = if self.channels_last { 1 } else { 2 };
-            call.assign(&format!("torch.amax({x}, dim={dim}, keepdim={keepdims})"), "None");
-            Ok("torch.amax over the steps".into())
+        let keepdims = py_bool(self.keepdims);
+        let dim = if self.channels_last { 1 } else { 2 };
+        let mask = call.previous_mask();
+        if self.max || mask == "None" {
+            // The prelude's global_average_pooling1d without a mask is this mean.
+            let function = if self.max { "torch.amax" } else { "torch.mean" };
+            call.assign(&format!("{function}({x}, dim={dim}, keepdim={keepdims})"), "None");
+            Ok(format!("{function} over the steps"))
         } else {
-            let mask = call.previous_mask();
-            call.assign(&format!("global_average_pool1d({x}, {mask}, {channels_last}, {keepdims})"), "None");
+            let y = PyCall::new("global_average_pooling1d")
+                .arg(x)
+                .kw("mask", mask)
+                .kw_if(self.keepdims, "keepdims", "True")
+                .kw_if(!self.channels_last, "channels_last", "False");
+            call.assign(&y.to_string(), "None");
             Ok("masked mean over the steps".into())
         }
     }

@@ -9,7 +9,7 @@ use burn::tensor::Tensor;
 
 use super::moments::{moments, normalize};
 use super::{Build, Call, KerasLayer, Variable, flat_tensor, keep_mask};
-use crate::torch::{TorchCall, TorchModule, py_bool};
+use crate::torch::{PyCall, TorchCall, TorchModule, py_bool};
 use crate::value::{DynTensor, Value};
 use model::error::Result;
 use model::weights::HostTensor;
@@ -82,13 +82,15 @@ impl KerasLayer for GroupNormalization {
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
         let channels = self.gamma.as_ref().or(self.beta.as_ref()).map_or(0, |p| p.dims()[0]);
         let groups = if self.groups == 0 { -1 } else { self.groups as i64 };
-        module.construct(format!(
-            "GroupNormalization({channels}, {groups}, {}, {:e}, center={}, scale={})",
-            self.axis,
-            self.epsilon,
-            py_bool(self.beta.is_some()),
-            py_bool(self.gamma.is_some())
-        ));
+        module.construct(
+            PyCall::new("GroupNormalization")
+                .kw("channels", channels)
+                .kw("groups", groups)
+                .kw("axis", self.axis)
+                .kw("epsilon", format!("{:e}", self.epsilon))
+                .kw("center", py_bool(self.beta.is_some()))
+                .kw("scale", py_bool(self.gamma.is_some())),
+        );
         for (name, p) in [("gamma", &self.gamma), ("beta", &self.beta)] {
             if let Some(p) = p {
                 module.tensor(name, HostTensor::from_tensor(p.val()));

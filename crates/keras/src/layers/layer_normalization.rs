@@ -7,7 +7,7 @@ use burn::tensor::Tensor;
 
 use super::moments::{inverse_deviation, moments, normalize};
 use super::{Build, Call, KerasLayer, Variable, flat_tensor, keep_mask};
-use crate::torch::{TorchCall, TorchModule, py_bool};
+use crate::torch::{PyCall, TorchCall, TorchModule, py_bool};
 use crate::value::{Binary, DynTensor, Value};
 use model::error::Result;
 use model::weights::HostTensor;
@@ -88,14 +88,15 @@ impl KerasLayer for LayerNormalization {
             }
             return Ok(());
         }
-        module.construct(format!(
-            "LayerNormalization([{width}], {:?}, {:e}, {}, {}, {})",
-            self.axes,
-            self.epsilon,
-            py_bool(self.beta.is_some() || self.rms_scaling),
-            py_bool(self.gamma.is_some()),
-            py_bool(self.rms_scaling)
-        ));
+        module.construct(
+            PyCall::new("LayerNormalization")
+                .kw("param_shape", format!("[{width}]"))
+                .kw("axis", format!("{:?}", self.axes))
+                .kw("epsilon", format!("{:e}", self.epsilon))
+                .kw("center", py_bool(self.beta.is_some() || self.rms_scaling))
+                .kw("scale", py_bool(self.gamma.is_some()))
+                .kw_if(self.rms_scaling, "rms_scaling", "True"),
+        );
         for (name, p) in self.params() {
             module.tensor(name, HostTensor::from_tensor(p.val()));
         }

@@ -4,7 +4,7 @@ use burn::module::Module;
 use burn::tensor::activation as act;
 
 use super::{Build, Call, KerasLayer, keep_mask};
-use crate::torch::TorchCall;
+use crate::torch::{TorchCall, py_float};
 use crate::value::{Value, map_rank};
 use model::error::Result;
 
@@ -26,7 +26,7 @@ impl KerasLayer for LeakyReLU {
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let x = call.input()?;
-        call.assign(&format!("F.leaky_relu({x}, {:?})", self.negative_slope), &call.previous_mask());
+        call.assign(&format!("F.leaky_relu({x}, negative_slope={})", py_float(self.negative_slope)), &call.previous_mask());
         Ok("F.leaky_relu".into())
     }
 }

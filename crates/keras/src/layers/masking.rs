@@ -5,7 +5,7 @@
 use burn::module::Module;
 
 use super::{Build, Call, KerasLayer};
-use crate::torch::TorchCall;
+use crate::torch::{TorchCall, py_float};
 use crate::value::{Binary, DynTensor, Reduce, Value};
 use model::error::Result;
 
@@ -33,7 +33,7 @@ impl KerasLayer for Masking {
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let x = call.input()?;
         let i = call.index;
-        call.line(format!("x{i}, m{i} = masking({x}, {:?})", self.mask_value));
+        call.line(format!("x{i}, m{i} = masking({x}, mask_value={})", py_float(self.mask_value)));
         Ok("masking".into())
     }
 }

@@ -9,7 +9,7 @@ use burn::tensor::Tensor;
 use serde_json::Value as Json;
 
 use super::{Build, Call, KerasLayer, Variable, flat_tensor, keep_mask};
-use crate::torch::{TorchCall, TorchModule, py_bool};
+use crate::torch::{PyCall, TorchCall, TorchModule, py_bool};
 use crate::value::{Binary, DynTensor, Unary, Value, json_array};
 use model::error::Result;
 use model::weights::HostTensor;
@@ -113,7 +113,12 @@ impl KerasLayer for Normalization {
     }
 
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
-        module.construct(format!("Normalization({:?}, {:?}, invert={})", self.shape, self.axes, py_bool(self.invert)));
+        module.construct(
+            PyCall::new("Normalization")
+                .kw("mean_and_var_shape", format!("{:?}", self.shape))
+                .kw("axis", format!("{:?}", self.axes))
+                .kw("invert", py_bool(self.invert)),
+        );
         module.tensor("mean", HostTensor::from_tensor(self.mean.val()).reshaped(self.shape.clone()));
         module.tensor("variance", HostTensor::from_tensor(self.variance.val()).reshaped(self.shape.clone()));
         Ok(())

@@ -3,12 +3,12 @@
 //! A window is `pool_size` steps, `strides` apart. `valid` keeps whole windows; `same` gives
 //! `ceil(L / s)` windows over an input padded TensorFlow's way (the smaller half first), and
 //! padding never counts: a max ignores it, an average divides by the steps it covered. Neither
-//! supports masking. torch: the prelude's `pool1d`.
+//! supports masking. torch: the prelude's `max_pooling1d` and `average_pooling1d`.
 
 use burn::module::Module;
 
 use super::{Build, Call, KerasLayer, same_padding};
-use crate::torch::{TorchCall, py_bool};
+use crate::torch::{PyCall, TorchCall, py_str};
 use crate::value::{Binary, DynTensor, Value};
 use model::error::Result;
 
@@ -45,14 +45,13 @@ impl KerasLayer for Pooling1D {
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let x = call.input()?;
-        let y = format!(
-            "pool1d({x}, {}, {}, {}, {}, {})",
-            py_bool(self.max),
-            self.pool,
-            self.stride,
-            py_bool(self.same),
-            py_bool(self.channels_last)
-        );
+        let y = PyCall::new(if self.max { "max_pooling1d" } else { "average_pooling1d" })
+            .arg(x)
+            .kw("pool_size", self.pool)
+            .kw("strides", self.stride)
+            .kw("padding", py_str(if self.same { "same" } else { "valid" }))
+            .kw_if(!self.channels_last, "channels_last", "False")
+            .to_string();
         call.assign(&y, "None");
         Ok(format!("{} pooling, TensorFlow's padding", if self.max { "max" } else { "average" }))
     }

@@ -2,14 +2,14 @@
 //! the 1-D window of [`super::pooling1d`] along the height, then the width (a maximum over a
 //! rectangle is the maximum of the column maxima; an average that excludes padding is the
 //! average of averages, the counts being a product). Neither supports masking. torch: the
-//! prelude's `pool2d`.
+//! prelude's `max_pooling2d` and `average_pooling2d`.
 
 use burn::module::Module;
 
 use super::convolution::two_sizes;
 use super::pooling1d::window;
 use super::{Build, Call, KerasLayer};
-use crate::torch::{TorchCall, py_bool};
+use crate::torch::{PyCall, TorchCall, py_str};
 use crate::value::Value;
 use model::error::Result;
 
@@ -49,14 +49,13 @@ impl KerasLayer for Pooling2D {
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let x = call.input()?;
-        let y = format!(
-            "pool2d({x}, {}, {:?}, {:?}, {}, {})",
-            py_bool(self.max),
-            self.pool,
-            self.stride,
-            py_bool(self.same),
-            py_bool(self.channels_last)
-        );
+        let y = PyCall::new(if self.max { "max_pooling2d" } else { "average_pooling2d" })
+            .arg(x)
+            .kw("pool_size", format!("{:?}", self.pool))
+            .kw("strides", format!("{:?}", self.stride))
+            .kw("padding", py_str(if self.same { "same" } else { "valid" }))
+            .kw_if(!self.channels_last, "channels_last", "False")
+            .to_string();
         call.assign(&y, "None");
         Ok(format!("{} pooling, TensorFlow's padding", if self.max { "max" } else { "average" }))
     }

@@ -5,7 +5,7 @@ use burn::module::{Module, Param};
 use burn::tensor::Tensor;
 
 use super::{Build, Call, KerasLayer, Variable, flat_tensor, keep_mask};
-use crate::torch::{TorchCall, TorchModule};
+use crate::torch::{PyCall, TorchCall, TorchModule};
 use crate::value::{Binary, DynTensor, Unary, Value};
 use model::error::Result;
 use model::weights::HostTensor;
@@ -41,7 +41,7 @@ impl KerasLayer for PReLU {
     }
 
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
-        module.construct(format!("PReLU({:?})", self.alpha_shape));
+        module.construct(PyCall::new("PReLU").kw("alpha_shape", format!("{:?}", self.alpha_shape)));
         module.tensor("alpha", self.alpha_host());
         Ok(())
     }

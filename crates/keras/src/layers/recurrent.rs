@@ -21,7 +21,7 @@ use burn::tensor::{Bool, Device, Distribution, Tensor};
 use super::{Build, Call, Variable};
 use crate::activation::Activation;
 use crate::saved::VarReader;
-use crate::torch::{TorchCall, TorchModule, activation_name, py_bool, var};
+use crate::torch::{PyCall, TorchCall, TorchModule, activation_name, py_bool, var};
 use crate::value::{DynTensor, Value};
 use model::error::Result;
 use model::weights::HostTensor;
@@ -413,8 +413,11 @@ impl TorchRecurrent<'_> {
     /// spelled out, as a user would write it.
     pub fn prelude_constructor(&self) -> String {
         let r = self.recurrence;
-        let mut arguments =
-            vec![format!("{:?}", self.cell), self.kernel.shape[0].to_string(), self.units().to_string()];
+        let mut arguments = vec![
+            format!("cell={:?}", self.cell),
+            format!("input_size={}", self.kernel.shape[0]),
+            format!("units={}", self.units()),
+        ];
         if self.activation != Activation::Tanh {
             arguments.push(format!("activation={:?}", activation_name(self.activation)));
         }
@@ -549,16 +552,13 @@ pub fn initial_state_vars(call: &TorchCall, count: usize) -> Result<Option<Vec<S
     Ok(Some(ports.into_iter().map(var).collect()))
 }
 
-/// `self.<attr>(x[, mask][, [initial states]])`: a call of the prelude's `Recurrent` or
+/// `self.<attr>(x[, mask=m][, initial_state=[states]])`: a call of the prelude's `Recurrent` or
 /// `Bidirectional`, with the mask Keras passes as `mask=` and the initial states where given.
 pub fn prelude_invocation(call: &TorchCall, x: String, initial: Option<Vec<String>>) -> String {
-    let mut arguments = vec![x];
     let call_mask = call.call_mask();
-    if call_mask != "None" || initial.is_some() {
-        arguments.push(call_mask);
-    }
-    if let Some(states) = initial {
-        arguments.push(format!("[{}]", states.join(", ")));
-    }
-    format!("self.{}({})", call.attr, arguments.join(", "))
+    PyCall::new(format!("self.{}", call.attr))
+        .arg(x)
+        .kw_if(call_mask != "None", "mask", &call_mask)
+        .kw_if(initial.is_some(), "initial_state", format!("[{}]", initial.unwrap_or_default().join(", ")))
+        .to_string()
 }

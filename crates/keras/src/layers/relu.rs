@@ -1,11 +1,12 @@
 //! `keras.layers.ReLU(max_value, negative_slope, threshold)`, step by step as Keras'
-//! `ReLU.static_call`. It supports masking. torch: the prelude's `keras_relu`.
+//! `ReLU.static_call`. It supports masking. torch: `F.relu` or `F.leaky_relu` where that is all
+//! it does, else the prelude's `keras_relu`.
 
 use burn::module::Module;
 use burn::tensor::{Tensor, activation as act};
 
 use super::{Build, Call, KerasLayer, keep_mask};
-use crate::torch::TorchCall;
+use crate::torch::{PyCall, TorchCall, py_float};
 use crate::value::{Value, map_rank};
 use model::error::Result;
 
@@ -35,8 +36,17 @@ impl KerasLayer for ReLU {
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let x = call.input()?;
-        let max_value = self.max_value.map_or("None".into(), |v| format!("{v:?}"));
-        let y = format!("keras_relu({x}, {max_value}, {:?}, {:?})", self.negative_slope, self.threshold);
+        // The prelude's first steps where they are all it does: torch's relu and leaky_relu.
+        let y = match (self.max_value, self.negative_slope, self.threshold) {
+            (None, 0.0, 0.0) => format!("F.relu({x})"),
+            (None, slope, 0.0) => format!("F.leaky_relu({x}, negative_slope={})", py_float(slope)),
+            (max_value, slope, threshold) => PyCall::new("keras_relu")
+                .arg(x)
+                .kw_if(max_value.is_some(), "max_value", py_float(max_value.unwrap_or(0.0)))
+                .kw_if(slope != 0.0, "negative_slope", py_float(slope))
+                .kw_if(threshold != 0.0, "threshold", py_float(threshold))
+                .to_string(),
+        };
         call.assign(&y, &call.previous_mask());
         Ok("ReLU".into())
     }

@@ -8,7 +8,7 @@ use burn::module::Module;
 
 use super::resize::{aspect_crop, bilinear_axis, nearest_axis};
 use super::{Build, Call, KerasLayer};
-use crate::torch::{TorchCall, py_bool};
+use crate::torch::{PyCall, TorchCall, py_str};
 use crate::value::Value;
 use model::error::Result;
 
@@ -61,14 +61,14 @@ impl KerasLayer for Resizing {
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let x = call.input()?;
-        let y = format!(
-            "resize({x}.float(), ({}, {}), {}, {}, {})",
-            self.height,
-            self.width,
-            py_bool(self.bilinear),
-            py_bool(self.crop_to_aspect_ratio),
-            py_bool(self.channels_last)
-        );
+        let y = PyCall::new("resize")
+            .arg(format!("{x}.float()"))
+            .kw("height", self.height)
+            .kw("width", self.width)
+            .kw("interpolation", py_str(if self.bilinear { "bilinear" } else { "nearest" }))
+            .kw_if(self.crop_to_aspect_ratio, "crop_to_aspect_ratio", "True")
+            .kw_if(!self.channels_last, "channels_last", "False")
+            .to_string();
         call.assign(&y, "None");
         Ok(format!("resize to ({}, {})", self.height, self.width))
     }

@@ -14,7 +14,7 @@ use burn::tensor::ops::ConvOptions;
 use super::convolution::Window2D;
 use super::{Build, Call, KerasLayer, Variable};
 use crate::activation::Activation;
-use crate::torch::{TorchCall, TorchModule, activation_name, py_bool};
+use crate::torch::{PyCall, TorchCall, TorchModule, activation_name, py_bool, py_str};
 use crate::value::Value;
 use model::error::Result;
 use model::weights::HostTensor;
@@ -98,19 +98,15 @@ impl KerasLayer for SeparableConv2D {
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
         let w = &self.window;
         let filters = self.pointwise.dims()[0];
-        module.construct(format!(
-            "SeparableConv2D({}, {filters}, {:?}, depth_multiplier={}, stride={:?}, dilation={:?}, bias={}, same={}, channels_last={}, activation={:?}, one_dimensional={})",
-            self.channels,
-            w.kernel,
-            self.depth_multiplier,
-            w.stride,
-            w.dilation,
-            py_bool(self.bias.is_some()),
-            py_bool(w.same),
-            py_bool(w.channels_last),
-            activation_name(self.activation),
-            py_bool(w.one_dimensional)
-        ));
+        let constructor = PyCall::new("SeparableConv2D").kw("in_channels", self.channels).kw("filters", filters);
+        module.construct(
+            w.torch_arguments(constructor.kw("depth_multiplier", self.depth_multiplier))
+                .kw("use_bias", py_bool(self.bias.is_some()))
+                .kw("padding", w.torch_padding())
+                .kw_if(!w.channels_last, "channels_last", "False")
+                .kw_if(self.activation != Activation::Linear, "activation", py_str(activation_name(self.activation)))
+                .kw_if(w.one_dimensional, "one_dimensional", "True"),
+        );
         module.tensor("depthwise.weight", HostTensor::from_tensor(self.depthwise.val()));
         module.tensor("pointwise.weight", HostTensor::from_tensor(self.pointwise.val()));
         if let Some(b) = &self.bias {

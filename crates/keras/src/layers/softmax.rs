@@ -1,11 +1,11 @@
 //! `keras.layers.Softmax(axis)` with the mask Keras passes it: masked positions get -1e9 first.
-//! Over several axes: `exp(x - logsumexp(x, axes))`. It supports masking. torch: the prelude's
-//! `keras_softmax`.
+//! Over several axes: `exp(x - logsumexp(x, axes))`. It supports masking. torch: `F.softmax` over
+//! one axis without a mask, else the prelude's `keras_softmax`.
 
 use burn::module::Module;
 
 use super::{Build, Call, KerasLayer, keep_mask};
-use crate::torch::TorchCall;
+use crate::torch::{PyCall, TorchCall};
 use crate::value::{Binary, DynTensor, Reduce, Unary, Value};
 use model::error::Result;
 
@@ -50,7 +50,12 @@ impl KerasLayer for Softmax {
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let (x, mask) = (call.input()?, call.previous_mask());
-        call.assign(&format!("keras_softmax({x}, {:?}, {mask})", self.axes), &mask);
+        let y = match self.axes.as_slice() {
+            // What the prelude's keras_softmax computes for one axis without a mask.
+            [axis] if mask == "None" => format!("F.softmax({x}, dim={axis})"),
+            axes => PyCall::new("keras_softmax").arg(x).kw("axis", format!("{axes:?}")).kw_if(mask != "None", "mask", &mask).to_string(),
+        };
+        call.assign(&y, &mask);
         Ok("softmax with the mask".into())
     }
 }

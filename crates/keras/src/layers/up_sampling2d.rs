@@ -8,7 +8,7 @@ use burn::module::Module;
 use super::convolution::two_sizes;
 use super::resize::bilinear_axis;
 use super::{Build, Call, KerasLayer};
-use crate::torch::{TorchCall, py_bool};
+use crate::torch::{PyCall, TorchCall};
 use crate::value::Value;
 use model::error::Result;
 
@@ -49,8 +49,13 @@ impl KerasLayer for UpSampling2D {
         let first = if self.channels_last { 1 } else { 2 };
         let y = if self.bilinear {
             let (rows, columns) = if self.channels_last { (1, 2) } else { (2, 3) };
-            let size = format!("({x}.shape[{rows}] * {h}, {x}.shape[{columns}] * {w})");
-            format!("resize({x}, {size}, True, False, {})", py_bool(self.channels_last))
+            PyCall::new("resize")
+                .arg(&x)
+                .kw("height", format!("{x}.shape[{rows}] * {h}"))
+                .kw("width", format!("{x}.shape[{columns}] * {w}"))
+                .kw("interpolation", "\"bilinear\"")
+                .kw_if(!self.channels_last, "channels_last", "False")
+                .to_string()
         } else {
             format!("torch.repeat_interleave(torch.repeat_interleave({x}, {h}, dim={first}), {w}, dim={})", first + 1)
         };

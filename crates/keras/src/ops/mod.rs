@@ -14,7 +14,7 @@ use indexing::Indexing;
 
 use crate::layers::convolution::two_sizes;
 use crate::layers::{Build, Call, Input, KerasLayer, same_padding};
-use crate::torch::{TorchCall, py_bool, py_float, tuple};
+use crate::torch::{PyCall, TorchCall, py_bool, py_float, py_str, tuple};
 use crate::value::{Binary, DType, DynTensor, Reduce, Unary, Value, constant_tensor, resolve_shape};
 use model::error::Result;
 
@@ -485,37 +485,47 @@ impl Operation {
                 }
             }
             Self::Where => format!("torch.where({}.bool(), {}, {})", tensor(0)?, tensor(1)?, tensor(2)?),
-            Self::Clip { min, max } => format!("torch.clamp({}, {}, {})", tensor(0)?, py_float(*min), py_float(*max)),
+            Self::Clip { min, max } => {
+                format!("torch.clamp({}, min={}, max={})", tensor(0)?, py_float(*min), py_float(*max))
+            }
             Self::Matmul => format!("torch.matmul({}, {})", tensor(0)?, tensor(1)?),
             Self::Concatenate { axis } => format!("torch.cat({}, dim={axis})", operand(0)?),
             Self::Reshape { shape } => format!("{}.reshape({shape:?})", tensor(0)?),
             Self::Indexing(op) => op.torch(&operand(0)?, args, rendered)?,
-            Self::ExtractPatches { size, strides, dilation, same, channels_last } => format!(
-                "extract_patches({}, {size:?}, {strides:?}, {dilation}, {}, {})",
-                tensor(0)?,
-                py_bool(*same),
-                py_bool(*channels_last)
-            ),
+            Self::ExtractPatches { size, strides, dilation, same, channels_last } => PyCall::new("extract_patches")
+                .arg(tensor(0)?)
+                .kw("size", format!("{size:?}"))
+                .kw("strides", format!("{strides:?}"))
+                .kw("dilation_rate", dilation)
+                .kw("padding", py_str(if *same { "same" } else { "valid" }))
+                .kw_if(!*channels_last, "channels_last", "False")
+                .to_string(),
             Self::Transpose { axes: None } => format!("{0}.permute(*reversed(range({0}.dim())))", tensor(0)?),
             Self::Transpose { axes: Some(axes) } => format!("{}.permute({axes:?})", tensor(0)?),
-            Self::ExpandDims { axes } => format!("expand_dims({}, {axes:?})", tensor(0)?),
+            // One new axis: the prelude's expand_dims is this unsqueeze.
+            Self::ExpandDims { axes } => match axes.as_slice() {
+                [axis] => format!("{}.unsqueeze({axis})", tensor(0)?),
+                _ => format!("expand_dims({}, axis={axes:?})", tensor(0)?),
+            },
             Self::Squeeze { axes: None } => format!("{}.squeeze()", tensor(0)?),
             Self::Squeeze { axes: Some(axes) } => format!("{}.squeeze({})", tensor(0)?, tuple(axes)),
-            Self::Reduce { kind, axes, keepdims } => format!(
-                "reduce({}, {:?}, {}, {})",
-                tensor(0)?,
-                match kind {
-                    Reduce::Sum => "sum",
-                    Reduce::Mean => "mean",
-                    Reduce::Max => "max",
-                    Reduce::Min => "min",
-                    Reduce::Prod => "prod",
-                    Reduce::Any => "any",
-                    Reduce::All => "all",
-                },
-                axes.as_ref().map_or("None".into(), |a| format!("{a:?}")),
-                py_bool(*keepdims)
-            ),
+            Self::Reduce { kind, axes, keepdims } => PyCall::new("reduce")
+                .arg(tensor(0)?)
+                .kw(
+                    "kind",
+                    py_str(match kind {
+                        Reduce::Sum => "sum",
+                        Reduce::Mean => "mean",
+                        Reduce::Max => "max",
+                        Reduce::Min => "min",
+                        Reduce::Prod => "prod",
+                        Reduce::Any => "any",
+                        Reduce::All => "all",
+                    }),
+                )
+                .kw_if(axes.is_some(), "axis", format!("{:?}", axes.as_deref().unwrap_or_default()))
+                .kw("keepdims", py_bool(*keepdims))
+                .to_string(),
         })
     }
 }

@@ -43,7 +43,8 @@ impl TorchModule<'_> {
     /// hook it), with its state-dict entry `<attr>`.
     pub fn parameter(&mut self, tensor: HostTensor) {
         let shape: Vec<String> = tensor.shape.iter().map(usize::to_string).collect();
-        let _ = writeln!(self.init, "        self.{} = torch.nn.Parameter(torch.zeros({}))", self.attr, shape.join(", "));
+        let _ =
+            writeln!(self.init, "        self.{} = torch.nn.Parameter(torch.zeros({}))", self.attr, shape.join(", "));
         self.state.insert(self.attr.to_string(), tensor);
         self.traced = false;
     }
@@ -229,6 +230,53 @@ impl TorchCall<'_> {
     }
 }
 
+/// A Python call written with keyword arguments, as a user would write it:
+/// `PyCall::new("Conv1D").kw("filters", 4).kw_if(false, "channels_last", "False")` is
+/// `Conv1D(filters=4)`. Values are Python already ([`py_bool`], [`py_str`], [`py_float`], `{:?}`
+/// of integers and of lists of them).
+pub struct PyCall {
+    text: String,
+    empty: bool,
+}
+
+impl PyCall {
+    pub fn new(function: impl std::fmt::Display) -> Self {
+        Self { text: format!("{function}("), empty: true }
+    }
+
+    /// A positional argument (the tensors a call is obviously about).
+    pub fn arg(mut self, value: impl std::fmt::Display) -> Self {
+        self.separate();
+        let _ = write!(self.text, "{value}");
+        self
+    }
+
+    /// `name=value`.
+    pub fn kw(mut self, name: &str, value: impl std::fmt::Display) -> Self {
+        self.separate();
+        let _ = write!(self.text, "{name}={value}");
+        self
+    }
+
+    /// `name=value` where `written` (an argument left at its default otherwise).
+    pub fn kw_if(self, written: bool, name: &str, value: impl std::fmt::Display) -> Self {
+        if written { self.kw(name, value) } else { self }
+    }
+
+    fn separate(&mut self) {
+        if !self.empty {
+            self.text.push_str(", ");
+        }
+        self.empty = false;
+    }
+}
+
+impl std::fmt::Display for PyCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{})", self.text)
+    }
+}
+
 /// Whether a node's `call` receives a Keras mask as `mask=` ([`Node::call_mask`]; the mask of
 /// an argument when that node's output carries one, `masked`, from the probe).
 pub fn receives_mask(node: &Node, masked: &[bool]) -> bool {
@@ -275,6 +323,11 @@ pub fn literal(value: &Json) -> String {
             None => "None".into(),
         },
     }
+}
+
+/// A string as a Python literal.
+pub fn py_str(s: &str) -> String {
+    format!("{s:?}")
 }
 
 pub fn py_bool(b: bool) -> &'static str {
@@ -352,6 +405,19 @@ pub fn activate(a: Activation, x: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_spells_its_keywords_and_leaves_defaults_out() {
+        let call = PyCall::new("Conv1D").kw("filters", 4).kw("padding", py_str("valid")).kw_if(
+            false,
+            "channels_last",
+            "False",
+        );
+        assert_eq!(call.to_string(), r#"Conv1D(filters=4, padding="valid")"#);
+        let call = PyCall::new("self.lstm").arg("x1").kw_if(true, "mask", "m1");
+        assert_eq!(call.to_string(), "self.lstm(x1, mask=m1)");
+        assert_eq!(PyCall::new("f").to_string(), "f()");
+    }
 
     #[test]
     fn activations_are_torch_functions_where_exact_else_the_prelude_s() {

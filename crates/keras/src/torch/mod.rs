@@ -14,8 +14,8 @@
 mod emit;
 
 pub use emit::{
-    TorchCall, TorchModule, activate, activation_name, fold, literal, py_bool, py_float, receives_mask, render, tuple,
-    var,
+    PyCall, TorchCall, TorchModule, activate, activation_name, fold, literal, py_bool, py_float, py_str, receives_mask,
+    render, tuple, var,
 };
 
 use std::collections::{BTreeMap, HashSet};

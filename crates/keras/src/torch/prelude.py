@@ -59,8 +59,9 @@ ACTIVATIONS = {
 }
 
 
-def keras_relu(x, max_value, negative_slope, threshold):
-    """keras.layers.ReLU, step by step as Keras computes it."""
+def keras_relu(x, max_value=None, negative_slope=0.0, threshold=0.0):
+    """keras.layers.ReLU, step by step as Keras computes it (`forward` writes F.relu for the
+    defaults and F.leaky_relu for a negative slope alone, the first steps here)."""
     if negative_slope != 0.0 and max_value is None and threshold == 0.0:
         return F.leaky_relu(x, negative_slope)
     negative = F.relu(-x + threshold) if negative_slope != 0.0 else None
@@ -72,17 +73,19 @@ def keras_relu(x, max_value, negative_slope, threshold):
     return y
 
 
-def keras_elu(x, alpha):
+def keras_elu(x, alpha=1.0):
+    """keras.layers.ELU: exp(x) - 1 as Keras' layer computes it (F.elu uses expm1)."""
     return torch.where(x > 0, x, alpha * (torch.exp(x) - 1.0))
 
 
-def keras_softmax(x, axes, mask):
-    """keras.layers.Softmax: masked positions (mask False) get -1e9 first."""
+def keras_softmax(x, axis=(-1,), mask=None):
+    """keras.layers.Softmax over the axes `axis` (a list): masked positions (mask False) get -1e9
+    first (`forward` writes F.softmax for one axis without a mask)."""
     if mask is not None:
         x = torch.where(mask.bool(), x, torch.full_like(x, -1e9))
-    if len(axes) == 1:
-        return torch.softmax(x, dim=axes[0])
-    return torch.exp(x - torch.logsumexp(x, dim=axes, keepdim=True))
+    if len(axis) == 1:
+        return torch.softmax(x, dim=axis[0])
+    return torch.exp(x - torch.logsumexp(x, dim=axis, keepdim=True))
 
 
 def merge_masks(masks):
@@ -95,8 +98,8 @@ def merge_masks(masks):
     return out
 
 
-def concatenate_masks(inputs, masks, axis):
-    """Concatenate: masks joined along the axis (all-true for an unmasked input), any over the last axis."""
+def concatenate_masks(inputs, masks, axis=-1):
+    """Concatenate: masks joined along `axis` (all-true for an unmasked input), any over the last axis."""
     if all(m is None for m in masks):
         return None
     full = []
@@ -110,7 +113,7 @@ def concatenate_masks(inputs, masks, axis):
     return torch.any(torch.cat(full, dim=axis), dim=-1)
 
 
-def masking(x, mask_value):
+def masking(x, mask_value=0.0):
     """keras.layers.Masking: steps whose features all equal mask_value become 0 and masked."""
     keep = torch.any(x != mask_value, dim=-1, keepdim=True)
     return x * keep.to(x.dtype), keep.squeeze(-1)
@@ -123,32 +126,54 @@ def same_padding(length, reach, stride):
     return total // 2, total - total // 2
 
 
-def pool1d(x, maximum, pool, stride, same, channels_last):
-    """MaxPooling1D / AveragePooling1D; padding never counts (TensorFlow's SAME)."""
+def pool1d(x, maximum, pool_size, strides, padding, channels_last):
+    """max_pooling1d (`maximum`) or average_pooling1d; the padding ("same": TensorFlow's SAME)
+    never counts."""
     if channels_last:
         x = x.transpose(1, 2)  # [B, C, L]
-    left, right = same_padding(x.shape[-1], pool, stride) if same else (0, 0)
+    left, right = same_padding(x.shape[-1], pool_size, strides) if padding == "same" else (0, 0)
     if maximum:
-        y = F.max_pool1d(F.pad(x, (left, right), value=-math.inf), pool, stride)
+        y = F.max_pool1d(F.pad(x, (left, right), value=-math.inf), pool_size, strides)
     else:
-        total = F.avg_pool1d(F.pad(x, (left, right)), pool, stride) * pool
+        total = F.avg_pool1d(F.pad(x, (left, right)), pool_size, strides) * pool_size
         ones = F.pad(torch.ones_like(x[:1, :1]), (left, right))
-        y = total / (F.avg_pool1d(ones, pool, stride) * pool)
+        y = total / (F.avg_pool1d(ones, pool_size, strides) * pool_size)
     return y.transpose(1, 2) if channels_last else y
 
 
-def pool2d(x, maximum, pool, stride, same, channels_last):
-    """MaxPooling2D / AveragePooling2D; padding never counts (TensorFlow's SAME)."""
+def max_pooling1d(x, pool_size, strides, padding="valid", channels_last=True):
+    """keras.layers.MaxPooling1D."""
+    return pool1d(x, True, pool_size, strides, padding, channels_last)
+
+
+def average_pooling1d(x, pool_size, strides, padding="valid", channels_last=True):
+    """keras.layers.AveragePooling1D: the mean of each window's steps inside the input."""
+    return pool1d(x, False, pool_size, strides, padding, channels_last)
+
+
+def pool2d(x, maximum, pool_size, strides, padding, channels_last):
+    """max_pooling2d (`maximum`) or average_pooling2d; the padding ("same": TensorFlow's SAME)
+    never counts."""
     if channels_last:
         x = x.permute(0, 3, 1, 2)  # [B, C, H, W]
-    pad = same_padding_2d(x, pool, stride, (1, 1)) if same else (0, 0, 0, 0)
+    pad = same_padding_2d(x, pool_size, strides, (1, 1)) if padding == "same" else (0, 0, 0, 0)
     if maximum:
-        y = F.max_pool2d(F.pad(x, pad, value=-math.inf), pool, stride)
+        y = F.max_pool2d(F.pad(x, pad, value=-math.inf), pool_size, strides)
     else:
-        total = F.avg_pool2d(F.pad(x, pad), pool, stride, divisor_override=1)
+        total = F.avg_pool2d(F.pad(x, pad), pool_size, strides, divisor_override=1)
         ones = F.pad(torch.ones_like(x[:1, :1]), pad)
-        y = total / F.avg_pool2d(ones, pool, stride, divisor_override=1)
+        y = total / F.avg_pool2d(ones, pool_size, strides, divisor_override=1)
     return y.permute(0, 2, 3, 1) if channels_last else y
+
+
+def max_pooling2d(x, pool_size, strides, padding="valid", channels_last=True):
+    """keras.layers.MaxPooling2D."""
+    return pool2d(x, True, pool_size, strides, padding, channels_last)
+
+
+def average_pooling2d(x, pool_size, strides, padding="valid", channels_last=True):
+    """keras.layers.AveragePooling2D: the mean of each window's pixels inside the input."""
+    return pool2d(x, False, pool_size, strides, padding, channels_last)
 
 
 def aspect_crop(rows, columns, height, width):
@@ -185,40 +210,43 @@ def resize_nearest(x, size):
     return x
 
 
-def resize(x, size, bilinear, crop_to_aspect_ratio, channels_last):
-    """keras.layers.Resizing as TensorFlow resizes (no antialiasing)."""
+def resize(x, height, width, interpolation="bilinear", crop_to_aspect_ratio=False, channels_last=True):
+    """keras.layers.Resizing to height x width as TensorFlow resizes (no antialiasing);
+    interpolation "bilinear" or "nearest"."""
+    size = (height, width)
     if channels_last:
         x = x.permute(0, 3, 1, 2)
     if crop_to_aspect_ratio:
         (top, rows), (left, columns) = aspect_crop(x.shape[2], x.shape[3], *size)
         x = x[:, :, top:top + rows, left:left + columns]
-    x = resize_bilinear(x, size) if bilinear else resize_nearest(x, size)
+    x = resize_bilinear(x, size) if interpolation == "bilinear" else resize_nearest(x, size)
     return x.permute(0, 2, 3, 1) if channels_last else x
 
 
-def center_crop(x, size, channels_last):
-    """keras.layers.CenterCrop: the centred window, or Keras' smart_resize for a smaller image."""
+def center_crop(x, height, width, channels_last=True):
+    """keras.layers.CenterCrop: the centred height x width window, or Keras' smart_resize for a
+    smaller image."""
     rows, columns = (x.shape[1], x.shape[2]) if channels_last else (x.shape[2], x.shape[3])
-    if rows >= size[0] and columns >= size[1]:
-        top, left = (rows - size[0]) // 2, (columns - size[1]) // 2
+    if rows >= height and columns >= width:
+        top, left = (rows - height) // 2, (columns - width) // 2
         if channels_last:
-            return x[:, top:top + size[0], left:left + size[1], :]
-        return x[:, :, top:top + size[0], left:left + size[1]]
-    return resize(x, size, True, True, channels_last)
+            return x[:, top:top + height, left:left + width, :]
+        return x[:, :, top:top + height, left:left + width]
+    return resize(x, height, width, interpolation="bilinear", crop_to_aspect_ratio=True, channels_last=channels_last)
 
 
-def extract_patches(x, size, strides, dilation, same, channels_last):
+def extract_patches(x, size, strides, dilation_rate=1, padding="valid", channels_last=True):
     """keras.ops.image.extract_patches: each window as one vector in (row, column, channel) order."""
     if not channels_last:
         x = x.permute(0, 2, 3, 1)
-    reach = [(size[a] - 1) * dilation + 1 for a in range(2)]
-    if same:
+    reach = [(size[a] - 1) * dilation_rate + 1 for a in range(2)]
+    if padding == "same":
         (top, bottom), (left, right) = (same_padding(x.shape[1 + a], reach[a], strides[a]) for a in range(2))
         x = F.pad(x, (0, 0, left, right, top, bottom))
     counts = [(x.shape[1 + a] - reach[a]) // strides[a] + 1 for a in range(2)]
     parts = [
-        x[:, i * dilation : i * dilation + (counts[0] - 1) * strides[0] + 1 : strides[0],
-          j * dilation : j * dilation + (counts[1] - 1) * strides[1] + 1 : strides[1], :]
+        x[:, i * dilation_rate : i * dilation_rate + (counts[0] - 1) * strides[0] + 1 : strides[0],
+          j * dilation_rate : j * dilation_rate + (counts[1] - 1) * strides[1] + 1 : strides[1], :]
         for i in range(size[0])
         for j in range(size[1])
     ]
@@ -226,8 +254,9 @@ def extract_patches(x, size, strides, dilation, same, channels_last):
     return patches if channels_last else patches.permute(0, 3, 1, 2)
 
 
-def global_average_pool1d(x, mask, channels_last, keepdims):
-    """GlobalAveragePooling1D: the mean over the unmasked steps."""
+def global_average_pooling1d(x, mask=None, keepdims=False, channels_last=True):
+    """keras.layers.GlobalAveragePooling1D: the mean over the unmasked steps (`forward` writes
+    torch.mean where the call has no mask)."""
     steps = 1 if channels_last else 2
     if mask is None:
         return x.mean(dim=steps, keepdim=keepdims)
@@ -235,8 +264,10 @@ def global_average_pool1d(x, mask, channels_last, keepdims):
     return (x * m).sum(dim=steps, keepdim=keepdims) / m.sum(dim=steps, keepdim=keepdims)
 
 
-def reduce(x, kind, axes, keepdims):
-    axes = tuple(range(x.dim())) if axes is None else tuple(a % x.dim() for a in axes)
+def reduce(x, kind, axis=None, keepdims=False):
+    """keras.ops.mean / sum / max / min / prod / any / all (`kind`) over the axes `axis` (a
+    list; None: every axis)."""
+    axes = tuple(range(x.dim())) if axis is None else tuple(a % x.dim() for a in axis)
     if kind == "prod":
         for a in sorted(axes, reverse=True):
             x = torch.prod(x, dim=a, keepdim=keepdims)
@@ -245,19 +276,26 @@ def reduce(x, kind, axes, keepdims):
     return functions[kind](x, dim=axes, keepdim=keepdims)
 
 
-def expand_dims(x, axes):
-    rank = x.dim() + len(axes)
-    for a in sorted(a % rank for a in axes):
+def expand_dims(x, axis):
+    """keras.ops.expand_dims with several new axes (`axis`, a list; `forward` writes
+    unsqueeze for one)."""
+    rank = x.dim() + len(axis)
+    for a in sorted(a % rank for a in axis):
         x = x.unsqueeze(a)
     return x
 
 
 class Conv1D(torch.nn.Module):
-    """keras.layers.Conv1D: nn.Conv1d with TensorFlow's padding and Keras' channels-last layout."""
+    """keras.layers.Conv1D: nn.Conv1d with TensorFlow's padding ("valid", "same" or "causal"),
+    Keras' channels-last layout (channels_last=False: data_format="channels_first") and its
+    activation by name."""
 
-    def __init__(self, in_channels, filters, kernel_size, stride, dilation, groups, bias, padding, channels_last, activation):
+    def __init__(self, in_channels, filters, kernel_size, strides=1, dilation_rate=1, groups=1, use_bias=True,
+                 padding="valid", channels_last=True, activation="linear"):
         super().__init__()
-        self.conv = torch.nn.Conv1d(in_channels, filters, kernel_size, stride=stride, dilation=dilation, groups=groups, bias=bias)
+        self.conv = torch.nn.Conv1d(
+            in_channels, filters, kernel_size, stride=strides, dilation=dilation_rate, groups=groups, bias=use_bias
+        )
         self.padding, self.channels_last, self.activation = padding, channels_last, activation
 
     def forward(self, x):
@@ -282,14 +320,17 @@ def same_padding_2d(x, kernel, stride, dilation):
 
 
 class Conv2D(torch.nn.Module):
-    """keras.layers.Conv2D and DepthwiseConv2D (groups = channels): nn.Conv2d with TensorFlow's
-    SAME padding and Keras' channels-last layout."""
+    """keras.layers.Conv2D and DepthwiseConv2D (groups = in_channels, filters = in_channels *
+    depth_multiplier): nn.Conv2d with TensorFlow's padding ("valid" or "same"), Keras'
+    channels-last layout and its activation by name; DepthwiseConv1D with one_dimensional."""
 
-    def __init__(self, in_channels, filters, kernel_size, stride, dilation, groups, bias, same, channels_last, activation,
-                 one_dimensional=False):
+    def __init__(self, in_channels, filters, kernel_size, strides=(1, 1), dilation_rate=(1, 1), groups=1, use_bias=True,
+                 padding="valid", channels_last=True, activation="linear", one_dimensional=False):
         super().__init__()
-        self.conv = torch.nn.Conv2d(in_channels, filters, kernel_size, stride=stride, dilation=dilation, groups=groups, bias=bias)
-        self.same, self.channels_last, self.activation = same, channels_last, activation
+        self.conv = torch.nn.Conv2d(
+            in_channels, filters, kernel_size, stride=strides, dilation=dilation_rate, groups=groups, bias=use_bias
+        )
+        self.same, self.channels_last, self.activation = padding == "same", channels_last, activation
         self.one_dimensional = one_dimensional  # DepthwiseConv1D: [B, L, C] as a height of 1
 
     def forward(self, x):
@@ -307,15 +348,18 @@ class Conv2D(torch.nn.Module):
 
 
 class ConvTranspose(torch.nn.Module):
-    """keras.layers.Conv1DTranspose / Conv2DTranspose: the full nn.ConvTranspose2d, cut to Keras'
-    output length from TensorFlow's padding start, then the bias and the activation."""
+    """keras.layers.Conv1DTranspose (one_dimensional) / Conv2DTranspose: the full
+    nn.ConvTranspose2d, cut to Keras' output length from TensorFlow's padding start ("valid" or
+    "same"), then the bias and the activation."""
 
-    def __init__(self, in_channels, filters, kernel_size, stride, dilation, bias, same, output_padding,
-                 channels_last, one_dimensional, activation):
+    def __init__(self, in_channels, filters, kernel_size, strides=(1, 1), dilation_rate=(1, 1), use_bias=True,
+                 padding="valid", output_padding=None, channels_last=True, activation="linear", one_dimensional=False):
         super().__init__()
-        self.conv = torch.nn.ConvTranspose2d(in_channels, filters, kernel_size, stride=stride, dilation=dilation, bias=False)
-        self.bias = torch.nn.Parameter(torch.zeros(filters)) if bias else None
-        self.same, self.output_padding, self.activation = same, output_padding, activation
+        self.conv = torch.nn.ConvTranspose2d(
+            in_channels, filters, kernel_size, stride=strides, dilation=dilation_rate, bias=False
+        )
+        self.bias = torch.nn.Parameter(torch.zeros(filters)) if use_bias else None
+        self.same, self.output_padding, self.activation = padding == "same", output_padding, activation
         self.channels_last, self.one_dimensional = channels_last, one_dimensional
 
     def cut(self, axis, length):
@@ -351,17 +395,18 @@ class ConvTranspose(torch.nn.Module):
 
 
 class SeparableConv2D(torch.nn.Module):
-    """keras.layers.SeparableConv2D: a depthwise nn.Conv2d (no bias), then a 1x1 one with the bias."""
+    """keras.layers.SeparableConv2D (SeparableConv1D with one_dimensional): a depthwise nn.Conv2d
+    (no bias), then a 1x1 one with the bias; TensorFlow's padding ("valid" or "same")."""
 
-    def __init__(self, in_channels, filters, kernel_size, depth_multiplier, stride, dilation, bias, same, channels_last, activation,
-                 one_dimensional=False):
+    def __init__(self, in_channels, filters, kernel_size, depth_multiplier=1, strides=(1, 1), dilation_rate=(1, 1),
+                 use_bias=True, padding="valid", channels_last=True, activation="linear", one_dimensional=False):
         super().__init__()
         inner = in_channels * depth_multiplier
         self.depthwise = torch.nn.Conv2d(
-            in_channels, inner, kernel_size, stride=stride, dilation=dilation, groups=in_channels, bias=False
+            in_channels, inner, kernel_size, stride=strides, dilation=dilation_rate, groups=in_channels, bias=False
         )
-        self.pointwise = torch.nn.Conv2d(inner, filters, 1, bias=bias)
-        self.same, self.channels_last, self.activation = same, channels_last, activation
+        self.pointwise = torch.nn.Conv2d(inner, filters, 1, bias=use_bias)
+        self.same, self.channels_last, self.activation = padding == "same", channels_last, activation
         self.one_dimensional = one_dimensional  # SeparableConv1D: [B, L, C] as a height of 1
 
     def forward(self, x):
@@ -379,9 +424,10 @@ class SeparableConv2D(torch.nn.Module):
 
 
 class EinsumDense(torch.nn.Module):
-    """keras.layers.EinsumDense: einsum(equation, x, kernel) + bias, then the activation."""
+    """keras.layers.EinsumDense: einsum(equation, x, kernel) + bias (none where bias_shape is
+    None), then the activation by name."""
 
-    def __init__(self, equation, kernel_shape, bias_shape, activation):
+    def __init__(self, equation, kernel_shape, bias_shape=None, activation="linear"):
         super().__init__()
         self.equation, self.activation = equation, activation
         self.kernel = torch.nn.Parameter(torch.zeros(kernel_shape))
@@ -406,13 +452,14 @@ def normalize(x, mean, variance, epsilon, gamma, beta, shape):
 
 
 class LayerNormalization(torch.nn.Module):
-    """keras.layers.LayerNormalization over any axes, as Keras orders the operations."""
+    """keras.layers.LayerNormalization over the axes `axis` (a list), as Keras orders the
+    operations; gamma and beta of param_shape (the normalised axes' sizes, flattened)."""
 
-    def __init__(self, shape, axes, epsilon, center, scale, rms_scaling):
+    def __init__(self, param_shape, axis=(-1,), epsilon=1e-3, center=True, scale=True, rms_scaling=False):
         super().__init__()
-        self.axes, self.epsilon, self.rms_scaling = axes, epsilon, rms_scaling
-        self.gamma = torch.nn.Parameter(torch.ones(shape)) if scale or rms_scaling else None
-        self.beta = torch.nn.Parameter(torch.zeros(shape)) if center and not rms_scaling else None
+        self.axes, self.epsilon, self.rms_scaling = axis, epsilon, rms_scaling
+        self.gamma = torch.nn.Parameter(torch.ones(param_shape)) if scale or rms_scaling else None
+        self.beta = torch.nn.Parameter(torch.zeros(param_shape)) if center and not rms_scaling else None
 
     def forward(self, x):
         axes = sorted(a % x.dim() for a in self.axes)
@@ -425,9 +472,10 @@ class LayerNormalization(torch.nn.Module):
 
 class BatchNormalization(torch.nn.Module):
     """keras.layers.BatchNormalization on any axis: moving statistics in eval, the batch's in training
-    (weighted by the mask, and updating the moving statistics with Keras' momentum)."""
+    (weighted by the mask, and updating the moving statistics with Keras' momentum); `channels`
+    is the size of `axis`."""
 
-    def __init__(self, channels, axis, epsilon, momentum, center, scale):
+    def __init__(self, channels, axis=-1, epsilon=1e-3, momentum=0.99, center=True, scale=True):
         super().__init__()
         self.axis, self.epsilon, self.momentum = axis, epsilon, momentum
         self.gamma = torch.nn.Parameter(torch.ones(channels)) if scale else None
@@ -452,10 +500,11 @@ class BatchNormalization(torch.nn.Module):
 
 
 class GroupNormalization(torch.nn.Module):
-    """keras.layers.GroupNormalization: groups of channels of `axis`, normalised over every other
-    axis but the batch's, in Keras' order of operations."""
+    """keras.layers.GroupNormalization: groups of channels of `axis` (-1 groups: one per
+    channel; `channels` the size of `axis`), normalised over every other axis but the batch's,
+    in Keras' order of operations."""
 
-    def __init__(self, channels, groups, axis, epsilon, center, scale):
+    def __init__(self, channels, groups=32, axis=-1, epsilon=1e-3, center=True, scale=True):
         super().__init__()
         self.gamma = torch.nn.Parameter(torch.ones(channels)) if scale else None
         self.beta = torch.nn.Parameter(torch.zeros(channels)) if center else None
@@ -482,13 +531,14 @@ class GroupNormalization(torch.nn.Module):
 
 
 class Normalization(torch.nn.Module):
-    """keras.layers.Normalization: (x - mean) / max(sqrt(variance), 1e-7), or its inverse."""
+    """keras.layers.Normalization: (x - mean) / max(sqrt(variance), 1e-7), or its inverse; the
+    mean and variance of mean_and_var_shape, the sizes of the kept axes `axis` (a list)."""
 
-    def __init__(self, shape, axes, invert):
+    def __init__(self, mean_and_var_shape, axis=(-1,), invert=False):
         super().__init__()
-        self.register_buffer("mean", torch.zeros(shape))
-        self.register_buffer("variance", torch.ones(shape))
-        self.axes, self.invert = axes, invert
+        self.register_buffer("mean", torch.zeros(mean_and_var_shape))
+        self.register_buffer("variance", torch.ones(mean_and_var_shape))
+        self.axes, self.invert = axis, invert
 
     def forward(self, x):
         kept = sorted(a % x.dim() for a in self.axes)
@@ -607,15 +657,18 @@ def apply_attention_scores(scores, value, query_mask, value_mask, use_causal_mas
 
 
 class Attention(torch.nn.Module):
-    """keras.layers.Attention: dot-product scores (times `scale`), or "concat" scores."""
+    """keras.layers.Attention: score_mode "dot" (times `scale`) or "concat" scores; the key is
+    the value where the call gives none."""
 
-    def __init__(self, use_scale, concat, dropout):
+    def __init__(self, use_scale=False, score_mode="dot", dropout=0.0):
         super().__init__()
         self.scale = torch.nn.Parameter(torch.ones(())) if use_scale else None
-        self.concat_score_weight = torch.nn.Parameter(torch.ones(())) if concat else None
+        self.concat_score_weight = torch.nn.Parameter(torch.ones(())) if score_mode == "concat" else None
         self.rate = dropout
 
-    def forward(self, query, value, key, query_mask, value_mask, use_causal_mask=False, return_attention_scores=False):
+    def forward(self, query, value, key=None, query_mask=None, value_mask=None, use_causal_mask=False,
+                return_attention_scores=False):
+        key = value if key is None else key
         if self.concat_score_weight is None:
             scores = torch.matmul(query, key.transpose(-2, -1))
             if self.scale is not None:
@@ -632,14 +685,17 @@ class Attention(torch.nn.Module):
 
 
 class AdditiveAttention(torch.nn.Module):
-    """keras.layers.AdditiveAttention: scores sum(scale * tanh(q + k)) over the features."""
+    """keras.layers.AdditiveAttention: scores sum(scale * tanh(q + k)) over the features (the
+    scale's length, with use_scale); the key is the value where the call gives none."""
 
-    def __init__(self, width, use_scale, dropout):
+    def __init__(self, features=None, use_scale=True, dropout=0.0):
         super().__init__()
-        self.scale = torch.nn.Parameter(torch.ones(width)) if use_scale else None
+        self.scale = torch.nn.Parameter(torch.ones(features)) if use_scale else None
         self.rate = dropout
 
-    def forward(self, query, value, key, query_mask, value_mask, use_causal_mask=False, return_attention_scores=False):
+    def forward(self, query, value, key=None, query_mask=None, value_mask=None, use_causal_mask=False,
+                return_attention_scores=False):
+        key = value if key is None else key
         pairs = torch.tanh(query.unsqueeze(-2) + key.unsqueeze(-3))
         if self.scale is not None:
             pairs = self.scale * pairs
@@ -780,19 +836,27 @@ def keras_dropout(x, rate):
     return x * (keep * (1.0 / (1.0 - rate)))  # the scaled mask, which the gradient reuses
 
 
-def dropout(x, rate, spatial, training):
-    """Dropout / SpatialDropout1D (whole channels)."""
+def dropout(x, rate, training=False):
+    """keras.layers.Dropout: keras_dropout in training, the identity otherwise."""
     if not training or rate == 0:
         return x
-    if spatial:
-        keep = torch.bernoulli(torch.full((x.shape[0], 1, x.shape[-1]), 1 - rate, device=x.device))
-        return x * keep / (1 - rate)
     return keras_dropout(x, rate)
 
 
-def gaussian_noise(x, stddev, training):
+def spatial_dropout1d(x, rate, training=False):
+    """keras.layers.SpatialDropout1D: in training, whole channels of each sequence zeroed with
+    probability `rate` and the rest scaled by 1 / (1 - rate); the identity otherwise."""
+    if not training or rate == 0:
+        return x
+    keep = torch.bernoulli(torch.full((x.shape[0], 1, x.shape[-1]), 1 - rate, device=x.device))
+    return x * keep / (1 - rate)
+
+
+def gaussian_noise(x, stddev, training=False):
+    """keras.layers.GaussianNoise: x + N(0, stddev^2) noise in training, the identity otherwise."""
     return x + torch.randn_like(x) * stddev if training and stddev > 0 else x
 
 
-def gaussian_dropout(x, rate, training):
+def gaussian_dropout(x, rate, training=False):
+    """keras.layers.GaussianDropout: x * N(1, rate / (1 - rate)) noise in training, the identity otherwise."""
     return x * (1 + torch.randn_like(x) * math.sqrt(rate / (1 - rate))) if training and 0 < rate < 1 else x
