@@ -38,7 +38,8 @@ impl KerasLayer for Permute {
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let x = call.input()?;
-        call.assign(&format!("{x}.permute(0, *{:?})", self.dims), "None");
+        let dims: Vec<String> = self.dims.iter().map(|d| d.to_string()).collect();
+        call.assign(&format!("{x}.permute(0, {})", dims.join(", ")), "None");
         Ok("permute".into())
     }
 }

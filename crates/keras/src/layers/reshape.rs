@@ -32,7 +32,8 @@ impl KerasLayer for Reshape {
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let x = call.input()?;
-        call.assign(&format!("{x}.reshape({x}.shape[0], *{:?})", self.target), "None");
+        let target: String = self.target.iter().map(|d| format!(", {d}")).collect();
+        call.assign(&format!("{x}.reshape({x}.shape[0]{target})"), "None");
         Ok("reshape".into())
     }
 }

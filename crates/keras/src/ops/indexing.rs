@@ -7,6 +7,7 @@ use serde_json::Value as Json;
 use crate::config::LayerArgs;
 use crate::graph::Arg;
 use crate::layers::{Call, Input};
+use crate::torch::tuple;
 use crate::value::{DynTensor, Value};
 use model::error::Result;
 
@@ -257,14 +258,10 @@ impl Indexing {
             Self::Split { sections: Sections::Before(at), axis } => {
                 format!("torch.tensor_split({x}, {at:?}, dim={axis})")
             }
-            Self::Tile { repeats } => format!("torch.tile({x}, {})", tuple_of(repeats)),
-            Self::BroadcastTo { shape } => format!("torch.broadcast_to({x}, {})", tuple_of(shape)),
+            Self::Tile { repeats } => format!("torch.tile({x}, {})", tuple(repeats)),
+            Self::BroadcastTo { shape } => format!("torch.broadcast_to({x}, {})", tuple(shape)),
         })
     }
-}
-
-fn tuple_of(sizes: &[usize]) -> String {
-    format!("({},)", sizes.iter().map(usize::to_string).collect::<Vec<_>>().join(", "))
 }
 
 /// A list of non-negative sizes.

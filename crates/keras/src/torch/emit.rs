@@ -339,9 +339,12 @@ pub fn py_float(v: f64) -> String {
     if v.is_infinite() { if v > 0.0 { "math.inf".into() } else { "-math.inf".into() } } else { format!("{v:?}") }
 }
 
-/// Axes as a Python tuple, `(1,)` for one.
-pub fn tuple(axes: &[i64]) -> String {
-    format!("({},)", axes.iter().map(i64::to_string).collect::<Vec<_>>().join(", "))
+/// Integers as a Python tuple: `(1,)` for one, `(1, 2)` for two.
+pub fn tuple<T: std::fmt::Display>(items: &[T]) -> String {
+    match items {
+        [one] => format!("({one},)"),
+        _ => format!("({})", items.iter().map(T::to_string).collect::<Vec<_>>().join(", ")),
+    }
 }
 
 /// `f(f(a, b), c)` over the operands.
@@ -417,6 +420,13 @@ mod tests {
         let call = PyCall::new("self.lstm").arg("x1").kw_if(true, "mask", "m1");
         assert_eq!(call.to_string(), "self.lstm(x1, mask=m1)");
         assert_eq!(PyCall::new("f").to_string(), "f()");
+    }
+
+    #[test]
+    fn tuples_take_a_trailing_comma_only_for_one_item() {
+        assert_eq!(tuple::<i64>(&[]), "()");
+        assert_eq!(tuple(&[1i64]), "(1,)");
+        assert_eq!(tuple(&[2usize, 3]), "(2, 3)");
     }
 
     #[test]
