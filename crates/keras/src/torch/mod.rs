@@ -52,8 +52,17 @@ pub fn torch_export(
 ) -> Result<TorchExport> {
     let graph = &model.graph;
     let mut names = AttrNames::default();
-    // The inputs keep their Keras names as forward's arguments; layers are named after them.
-    let inputs: Vec<String> = graph.inputs.iter().map(|i| names.unique(&i.name)).collect();
+    // The inputs keep their Keras names as forward's arguments (`_input` after one that would hide
+    // a name of the prelude there); layers are named after them.
+    let prelude = prelude_names();
+    let inputs: Vec<String> = graph
+        .inputs
+        .iter()
+        .map(|i| {
+            let name = names.unique(&i.name);
+            if prelude.contains(name.as_str()) { names.unique(&format!("{name}_input")) } else { name }
+        })
+        .collect();
     let attrs: Vec<String> = graph.layers.iter().map(|l| names.unique(&l.name)).collect();
     let mut init = String::new();
     let mut state = WeightMap::new();
@@ -228,6 +237,27 @@ if __name__ == "__main__":
     Ok(TorchExport { source, state_dict: state, constructs })
 }
 
+/// The names the prelude defines at its top level (imports, functions, classes, constants),
+/// which `forward` calls by name.
+fn prelude_names() -> HashSet<&'static str> {
+    let identifier = |s: &'static str| s.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next();
+    PRELUDE
+        .lines()
+        .filter_map(|line| {
+            if let Some(rest) = line.strip_prefix("def ").or_else(|| line.strip_prefix("class ")) {
+                identifier(rest)
+            } else if line.starts_with("import ") || line.starts_with("from ") {
+                line.split_whitespace().last() // `import math`, `... as F`, `from m import load_file`
+            } else if line.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') && line.contains(" = ") {
+                identifier(line) // `HERE = ...`, `ACTIVATIONS = {`
+            } else {
+                None
+            }
+        })
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
 /// Python attribute names from layer names: identifiers, unique, clear of `nn.Module`'s own.
 #[derive(Default)]
 struct AttrNames {
@@ -308,4 +338,30 @@ fn is_python_keyword(name: &str) -> bool {
             | "torch"
             | "f"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::activation::Activation;
+
+    #[test]
+    fn the_prelude_s_names_are_read_from_it() {
+        let names = prelude_names();
+        for name in ["math", "F", "load_file", "HERE", "ACTIVATIONS", "dropout", "softplus", "Conv1D", "Recurrent"] {
+            assert!(names.contains(name), "{name} missing from {names:?}");
+        }
+        assert!(!names.contains("x") && !names.contains("self") && !names.contains(""), "{names:?}");
+    }
+
+    #[test]
+    fn an_activation_forward_writes_by_name_is_a_prelude_function() {
+        let names = prelude_names();
+        for activation in [Activation::Softplus, Activation::HardSigmoid, Activation::HardSilu, Activation::Mish] {
+            let written = activate(activation, "x");
+            let function = written.split('(').next().unwrap();
+            assert!(names.contains(function), "{written}");
+            assert!(PRELUDE.contains(&format!("{:?}: {function},", activation_name(activation))), "{written}");
+        }
+    }
 }
