@@ -1,13 +1,17 @@
 //! The compute backends this project runs on, chosen at run time by name.
 //!
 //! Burn 0.22 has no backend type parameter: the backend is a property of the [`Device`] value,
-//! so swapping backends is a match on a config string.
+//! so swapping backends is a match on a config string. wgpu is the crate's `wgpu` feature (on by
+//! default): a build without it (the converter's core) names the backend and refuses it.
 
 use std::fmt;
 use std::str::FromStr;
+#[cfg(feature = "wgpu")]
 use std::sync::OnceLock;
 
-use burn::tensor::{Device, DeviceKind};
+use burn::tensor::Device;
+#[cfg(feature = "wgpu")]
+use burn::tensor::DeviceKind;
 
 use crate::error::{ModelError, Result};
 
@@ -41,6 +45,16 @@ impl Backend {
             #[allow(deprecated)]
             Backend::Ndarray => Ok(Device::ndarray()),
             Backend::Flex => Ok(Device::flex()),
+            #[cfg(not(feature = "wgpu"))]
+            Backend::Wgpu => {
+                let _ = wgpu_kind;
+                Err(ModelError::config(
+                    "backend",
+                    "wgpu",
+                    "this build has no wgpu backend (the `wgpu` feature of the model crate)",
+                ))
+            }
+            #[cfg(feature = "wgpu")]
             Backend::Wgpu => {
                 let adapters = wgpu_adapters();
                 if adapters.is_empty() {
@@ -108,6 +122,7 @@ pub enum WgpuKind {
     Cpu,
 }
 
+#[cfg(feature = "wgpu")]
 impl From<WgpuKind> for DeviceKind {
     fn from(kind: WgpuKind) -> Self {
         match kind {
@@ -145,7 +160,15 @@ impl FromStr for WgpuKind {
     }
 }
 
+/// The names of the wgpu adapters on this machine, asked once per process (none in a build
+/// without the `wgpu` feature).
+#[cfg(not(feature = "wgpu"))]
+pub fn wgpu_adapters() -> &'static [String] {
+    &[]
+}
+
 /// The names of the wgpu adapters on this machine, asked once per process.
+#[cfg(feature = "wgpu")]
 pub fn wgpu_adapters() -> &'static [String] {
     static ADAPTERS: OnceLock<Vec<String>> = OnceLock::new();
     ADAPTERS.get_or_init(|| {
