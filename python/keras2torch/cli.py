@@ -1,0 +1,44 @@
+"""`keras2torch MODEL.keras -o OUT`: the command the wheel installs, `convert` from a shell."""
+
+import argparse
+import sys
+
+
+def _shape(text):
+    name, _, sizes = text.partition("=")
+    if not name or not sizes:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=D1,D2")
+    return name, tuple(int(d) for d in sizes.split(","))
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog="keras2torch",
+        description="Converts a Keras 3 model (.keras) to an exact PyTorch module: OUT.py (the model as one "
+        "readable nn.Module), OUT.safetensors (its state dict) and OUT.probe.safetensors, then checks the "
+        "module against the converter's probe (or, with --import, flattens the model's custom layers with "
+        "your classes first). Exit status 1 with the reason on a model it cannot convert.",
+    )
+    parser.add_argument("model", help="the .keras file")
+    parser.add_argument("-o", "--out", required=True, help="OUT: writes OUT.py, OUT.safetensors, OUT.probe.safetensors")
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="FILE.py",
+                        help="a Python file defining custom classes of the model (repeatable; needs Keras)")
+    parser.add_argument("--shape", action="append", type=_shape, default=[], metavar="NAME=D1,D2",
+                        help="sizes (without the batch axis) of an input the model leaves open, for tracing")
+    parser.add_argument("--batch-size", type=int, help="a static batch size, for custom layers that need one")
+    parser.add_argument("--no-check", action="store_true", help="write the files without checking the module")
+    args = parser.parse_args(argv)
+
+    from . import ConversionError, convert
+
+    try:
+        convert(args.model, out=args.out, imports=args.imports, shapes=dict(args.shape),
+                batch_size=args.batch_size, check=not args.no_check)
+    except (ConversionError, FileNotFoundError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

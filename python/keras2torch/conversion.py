@@ -1,0 +1,183 @@
+"""`convert`: a Keras 3 model, as an object in your Python or as a `.keras` file, to an exact and
+readable PyTorch module, checked on the spot.
+
+The conversion is the compiled core (`keras2torch._native`, the same `keras` crate as `cargo xtask
+convert`): it writes the module's source, its state dict and a probe (the probe's inputs and the
+converter's own output of every node, computed in Burn). A model object is flattened first (its
+custom layers re-traced into built-in ones, `keras2torch.flatten`), and the returned module is
+compared with the Keras model on random inputs of the model's shapes; a file is compared with the
+probe, which needs neither Keras nor TensorFlow.
+"""
+
+import importlib.util
+import os
+import sys
+import tempfile
+import uuid
+
+import numpy as np
+
+from . import _native
+from .flatten import flatten, flatten_file, random_inputs
+
+ConversionError = _native.ConversionError  # raised with the converter's message
+
+
+def convert(model_or_path, out=None, *, imports=(), shapes=None, batch_size=None, check=True, tolerance=1e-5,
+            seed=0, verbose=True):
+    """Converts a Keras model to a PyTorch `nn.Module` computing what Keras computes.
+
+    Args:
+        model_or_path: a `keras.Model` (its custom layers are flattened first, with the classes
+            your Python has imported), or the path of a `.keras` file.
+        out: where to write the module as files: `OUT.py` (the model as one readable
+            `nn.Module`), `OUT.safetensors` (its state dict) and `OUT.probe.safetensors`; a
+            `.py` suffix is dropped. `None` writes them to a temporary folder.
+        imports: for a file whose model has custom layers, the Python files defining their
+            classes (the file is flattened with them first; needs Keras).
+        shapes: `{input name: sizes without the batch axis}` for sizes the model leaves open and
+            its custom layers need while tracing; `batch_size`: a static batch for custom
+            layers that build tensors of the batch's size.
+        check: compare the module with the Keras model (a model object) or with the converter's
+            probe (a file) and raise if any output differs by more than `tolerance`.
+        verbose: print what was converted and the largest difference.
+
+    Returns:
+        The module in eval mode, its weights loaded with `strict=True`; its attribute
+        `keras2torch_difference` is the largest difference found by the check (None without
+        one). Without torch installed, returns None once the files are written (`out` given).
+
+    Raises:
+        ConversionError: a layer, class or argument the converter does not support (the message
+            names the file, the layer and its class), a custom layer that cannot be traced, or a
+            check that failed (naming the output and the first node that differs).
+    """
+    with tempfile.TemporaryDirectory() as scratch:
+        keras_model, flat = None, None
+        if isinstance(model_or_path, (str, os.PathLike)):
+            path = os.fspath(model_or_path)
+            if not os.path.exists(path):
+                raise FileNotFoundError(f"{path}: no such file")
+            if imports:
+                path_flat = os.path.join(scratch, "flat.keras")
+                report = flatten_file(path, path_flat, imports, shapes, batch_size, seed)
+                _refuse_kept(report, path)
+                path = path_flat
+        else:
+            keras_model = model_or_path
+            flat, report = flatten(keras_model, shapes=shapes, batch_size=batch_size)
+            _refuse_kept(report, getattr(keras_model, "name", "the model"))
+            path = os.path.join(scratch, "model.keras")
+            flat.save(path)
+        stem = _stem(out) if out is not None else os.path.join(scratch, "model")
+        printout = _native.convert_file(path, stem + ".py")
+        if verbose:
+            print(printout.rstrip())
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            if out is not None:
+                return None
+            raise ImportError("torch is needed to return a module; give out= to write the files only") from None
+        generated = _import(stem + ".py")
+        module = generated.load()
+        difference = None
+        if check:
+            if keras_model is not None:
+                difference = _against_keras(module, generated, flat, keras_model, seed)
+            else:
+                difference = _against_probe(module, generated, stem + ".probe.safetensors")
+            if not difference[0] <= tolerance:
+                where = _first_node_that_differs(generated, stem + ".probe.safetensors")
+                raise ConversionError(
+                    f"the torch module differs from {'Keras' if keras_model is not None else 'the probe'} "
+                    f"by {difference[0]:.3e} at output {difference[1]!r}{where}"
+                )
+            if verbose:
+                against = "Keras" if keras_model is not None else "the converter's probe"
+                print(f"max |torch - {against}| = {difference[0]:.3e}")
+        module.keras2torch_difference = None if difference is None else difference[0]
+        return module
+
+
+def _stem(out):
+    """`out` without a `.py` suffix (the converter adds .py, .safetensors, .probe.safetensors)."""
+    out = os.fspath(out)
+    stem = out[: -len(".py")] if out.endswith(".py") else out
+    os.makedirs(os.path.dirname(os.path.abspath(stem)), exist_ok=True)
+    return stem
+
+
+def _refuse_kept(report, what):
+    if report.kept:
+        kept = "; ".join(f"{name} ({cls}): {reason}" for name, cls, reason in report.kept)
+        raise ConversionError(f"{what}: custom layers that cannot be traced: {kept}")
+
+
+def _import(path):
+    """The generated module's Python file, imported under a name of its own."""
+    name = f"keras2torch_generated_{uuid.uuid4().hex}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(module, generated, inputs):
+    """The torch module's outputs (a list of numpy arrays) on numpy `inputs` in its input order."""
+    import torch
+
+    tensors = [torch.as_tensor(np.asarray(x)).to(generated.INPUT_DTYPES[name]) for name, x in zip(generated.INPUTS, inputs)]
+    with torch.no_grad():
+        outputs = module(*tensors)
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    return [o.double().numpy() for o in outputs]
+
+
+def _largest(ours, theirs, names):
+    """(largest difference, the output it is in) over every output."""
+    worst = (0.0, names[0] if names else "")
+    for name, a, b in zip(names, ours, theirs):
+        difference = float(np.max(np.abs(a - np.asarray(b, dtype=np.float64)))) if np.size(a) else 0.0
+        if not difference <= worst[0]:
+            worst = (difference, name)
+    return worst
+
+
+def _against_keras(module, generated, flat, keras_model, seed):
+    """The module against the Keras model on random inputs of the model's shapes (token ids for
+    the inputs an `Embedding` reads, their second halves padding so that masks matter)."""
+    import keras
+
+    inputs = random_inputs(flat, seed=seed)
+    structure = getattr(keras_model, "_inputs_struct", None)
+    if isinstance(structure, dict):  # a model built on a dict of inputs is called with one
+        names = [t.name for t in flat.inputs]
+        call = {key: inputs[names.index(tensor.name)] for key, tensor in structure.items()}
+    else:
+        call = inputs if len(inputs) > 1 else inputs[0]
+    expected = [keras.ops.convert_to_numpy(y) for y in keras.tree.flatten(keras_model(call, training=False))]
+    return _largest(_run(module, generated, inputs), expected, list(generated.OUTPUTS))
+
+
+def _against_probe(module, generated, probe_path):
+    """The module against the converter's probe (its inputs, and Burn's outputs)."""
+    from safetensors.numpy import load_file
+
+    probe = load_file(probe_path)
+    inputs = [probe["inputs." + name] for name in generated.INPUTS]
+    expected = [probe["expected." + name] for name in generated.OUTPUTS]
+    return _largest(_run(module, generated, inputs), expected, list(generated.OUTPUTS))
+
+
+def _first_node_that_differs(generated, probe_path):
+    """`; first node that differs: ...` from the generated module's own check, or nothing."""
+    import contextlib
+    import io
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        generated.check(probe_path)
+    line = next((l for l in printed.getvalue().splitlines() if l.startswith("first node that differs")), None)
+    return f"; {line}" if line else ""
