@@ -9,11 +9,14 @@ compared with the Keras model on random inputs of the model's shapes; a file is 
 probe, which needs neither Keras nor TensorFlow.
 """
 
+from __future__ import annotations
+
 import importlib.util
 import os
 import sys
 import tempfile
 import uuid
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Union
 
 import numpy as np
 
@@ -22,9 +25,25 @@ from .flatten import flatten, flatten_file, random_inputs
 
 ConversionError = _native.ConversionError  # raised with the converter's message
 
+if TYPE_CHECKING:
+    import keras
+    import torch
 
-def convert(model_or_path, out=None, *, imports=(), shapes=None, batch_size=None, check=True, tolerance=1e-5,
-            seed=0, verbose=True):
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def convert(
+    model_or_path: keras.Model | PathLike,
+    out: PathLike | None = None,
+    *,
+    imports: Iterable[PathLike] = (),
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    batch_size: int | None = None,
+    check: bool = True,
+    tolerance: float = 1e-5,
+    seed: int = 0,
+    verbose: bool = True,
+) -> torch.nn.Module | None:
     """Converts a Keras model to a PyTorch `nn.Module` computing what Keras computes.
 
     Args:
@@ -100,7 +119,7 @@ def convert(model_or_path, out=None, *, imports=(), shapes=None, batch_size=None
         return module
 
 
-def _stem(out):
+def _stem(out: PathLike) -> str:
     """`out` without a `.py` suffix (the converter adds .py, .safetensors, .probe.safetensors)."""
     out = os.fspath(out)
     stem = out[: -len(".py")] if out.endswith(".py") else out
@@ -114,7 +133,7 @@ def _refuse_kept(report, what):
         raise ConversionError(f"{what}: custom layers that cannot be traced: {kept}")
 
 
-def _import(path):
+def _import(path: str) -> Any:
     """The generated module's Python file, imported under a name of its own."""
     name = f"keras2torch_generated_{uuid.uuid4().hex}"
     spec = importlib.util.spec_from_file_location(name, path)
