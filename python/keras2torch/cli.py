@@ -3,12 +3,7 @@
 import argparse
 import sys
 
-
-def _shape(text):
-    name, _, sizes = text.partition("=")
-    if not name or not sizes:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=D1,D2")
-    return name, tuple(int(d) for d in sizes.split(","))
+from .flatten import shape_argument
 
 
 def main(argv=None):
@@ -23,7 +18,7 @@ def main(argv=None):
     parser.add_argument("-o", "--out", required=True, help="OUT: writes OUT.py, OUT.safetensors, OUT.probe.safetensors")
     parser.add_argument("--import", dest="imports", action="append", default=[], metavar="FILE.py",
                         help="a Python file defining custom classes of the model (repeatable; needs Keras)")
-    parser.add_argument("--shape", action="append", type=_shape, default=[], metavar="NAME=D1,D2",
+    parser.add_argument("--shape", action="append", type=shape_argument, default=[], metavar="NAME=D1,D2",
                         help="sizes (without the batch axis) of an input the model leaves open, for tracing")
     parser.add_argument("--batch-size", type=int, help="a static batch size, for custom layers that need one")
     parser.add_argument("--no-check", action="store_true", help="write the files without checking the module")

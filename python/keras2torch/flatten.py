@@ -517,11 +517,15 @@ def flatten_file(path, out, imports=(), shapes=None, batch_size=None, seed=0):
     return report
 
 
-def _shape(text):
+def shape_argument(text):
+    """`NAME=D1,D2` of a command line (`--shape`) as `(name, sizes)`."""
     name, _, sizes = text.partition("=")
-    if not sizes:
+    if not name or not sizes:
         raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=D1,D2,...")
-    return name, tuple(int(s) for s in sizes.split(","))
+    try:
+        return name, tuple(int(s) for s in sizes.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: the sizes are not integers") from None
 
 
 def main(argv=None):
@@ -534,7 +538,7 @@ def main(argv=None):
     parser.add_argument("--import", dest="imports", action="append", default=[], metavar="FILE.py",
                         help="a Python file defining custom classes of the model (repeatable)")
     parser.add_argument("--out", required=True, help="the flattened .keras to write")
-    parser.add_argument("--shape", action="append", type=_shape, default=[], metavar="NAME=D1,D2",
+    parser.add_argument("--shape", action="append", type=shape_argument, default=[], metavar="NAME=D1,D2",
                         help="sizes (without the batch axis) of an input whose sizes the model leaves open")
     parser.add_argument("--batch-size", type=int, default=None,
                         help="a static batch size, for custom layers that build tensors of the batch's size")
