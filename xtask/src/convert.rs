@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use train::convert::{Target, convert, list_layers};
+use keras::layer_convert::{Target, convert, list_layers};
 
 /// The long help of `cargo xtask convert --help`.
 const ABOUT: &str = "\

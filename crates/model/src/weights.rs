@@ -257,6 +257,13 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     write_atomic_with(path, |tmp| std::fs::write(tmp, bytes).map_err(|e| ModelError::file(tmp, e)))
 }
 
+/// Saves a Burn module as a burnpack at `path`, atomically ([`write_atomic_with`]).
+pub fn save_burnpack<M: burn::module::Module>(module: M, path: &Path) -> Result<()> {
+    write_atomic_with(path, |tmp| {
+        module.save_file(tmp).map_err(|e| ModelError::file(path, format!("cannot write a burnpack: {e:?}")))
+    })
+}
+
 /// The one way this project writes a result: `write` makes it (a file, or a folder of files)
 /// under a temporary name beside `path`, which is then renamed to `path`, so an interrupted
 /// write never leaves a partial result under the final name. The folder is created if missing;

@@ -21,7 +21,8 @@ use burn::tensor::Device;
 use model::convert::{keras_to_projected, projected_to_keras};
 use model::keras_file::{write_keras_archive, write_weights_h5};
 use model::{HostTensor, KerasMhaConfig, ProjectedConfig, TensorFile, WeightMap};
-use serde_json::json;
+
+use keras::layer_fixture::{keras_fixture, name_keras_files, probe_tensors, projected_fixture};
 
 use crate::config::RunConfig;
 use crate::models::ModelSpec;
@@ -119,12 +120,29 @@ fn format_name(format: Format) -> &'static str {
     }
 }
 
-fn probe_tensors(entries: &[(&str, &HostTensor)]) -> WeightMap {
-    let mut map = WeightMap::new();
-    for (name, t) in entries {
-        map.insert(*name, (*t).clone());
-    }
-    map
+/// The torch-vocabulary file in the `projected_*` fixture format.
+fn torch_file(
+    config: &RunConfig,
+    spec: &ModelSpec,
+    weights: &WeightMap,
+    x: &HostTensor,
+    output: &HostTensor,
+) -> Result<TensorFile> {
+    let (projected, state_dict): (ProjectedConfig, WeightMap) = match spec {
+        ModelSpec::Projected(projected) => (projected.clone(), weights.clone()),
+        ModelSpec::Keras { layer, use_causal_mask } => {
+            if *use_causal_mask {
+                bail!("a causal Keras run has no torch export yet (use --format keras)");
+            }
+            let converted = keras_to_projected(layer, weights)?;
+            (converted.config, converted.weights)
+        }
+        ModelSpec::Baseline { .. } => bail!("the baseline MLP has no attention model to export to (use --format burn)"),
+    };
+    let case = format!("export_{}", config.name);
+    let description =
+        format!("export of run {} ({} model) as Linear + nn.MultiheadAttention + Linear", config.name, spec.kind());
+    projected_fixture(&case, &description, &projected, state_dict, x, output)
 }
 
 /// The Keras-vocabulary file in the `keras_*` fixture format.
@@ -159,106 +177,4 @@ fn keras_layer(config: &RunConfig, spec: &ModelSpec, weights: &WeightMap) -> Res
             bail!("the baseline MLP has no Keras attention layer to export to (use --format burn)")
         }
     })
-}
-
-/// Names, in a `keras_*` fixture's metadata, the `.weights.h5` and `.keras` written beside it, so
-/// that `check_export.py` loads them in the real Keras too.
-pub fn name_keras_files(file: &mut TensorFile, h5: &Path, archive: &Path) -> Result<()> {
-    let file_name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let mut metadata: serde_json::Value = serde_json::from_str(&file.metadata["config"])?;
-    metadata["weights_h5"] = file_name(h5).into();
-    metadata["keras_archive"] = file_name(archive).into();
-    file.metadata.insert("config".into(), metadata.to_string());
-    Ok(())
-}
-
-/// A file in the `keras_*` fixture format: a layer's weights in Keras' names and shapes, a probe
-/// (`inputs.query`, `inputs.value`, optionally `inputs.key`), the layer's output on it
-/// (`outputs.output`) and its constructor arguments in the metadata.
-pub fn keras_fixture(
-    case: &str,
-    description: &str,
-    layer: &KerasMhaConfig,
-    causal: bool,
-    weights: WeightMap,
-    probe: &[(&str, &HostTensor)],
-) -> Result<TensorFile> {
-    let dims = layer.dims()?;
-    let has_key = probe.iter().any(|(name, _)| *name == "inputs.key");
-    let metadata = json!({
-        "framework": "keras",
-        "case": case,
-        "description": description,
-        "num_heads": dims.num_heads,
-        "key_dim": dims.key_dim,
-        "value_dim": dims.value_dim,
-        "use_bias": layer.use_bias,
-        "output_shape": dims.output_dim,
-        "use_causal_mask": causal,
-        "dropout": layer.dropout,
-        "use_gate": layer.use_gate,
-        "sliding_window": layer.sliding_window,
-        "attention_axes": layer.attention_axes,
-        "self_attention": !has_key,
-        "has_key": has_key,
-        "has_attention_mask": false,
-        "tolerance": 1e-5,
-    });
-    let mut tensors = weights;
-    tensors.extend(probe_tensors(probe));
-    Ok(TensorFile { tensors, metadata: [("config".to_string(), metadata.to_string())].into() })
-}
-
-/// The torch-vocabulary file in the `projected_*` fixture format.
-fn torch_file(
-    config: &RunConfig,
-    spec: &ModelSpec,
-    weights: &WeightMap,
-    x: &HostTensor,
-    output: &HostTensor,
-) -> Result<TensorFile> {
-    let (projected, state_dict): (ProjectedConfig, WeightMap) = match spec {
-        ModelSpec::Projected(projected) => (projected.clone(), weights.clone()),
-        ModelSpec::Keras { layer, use_causal_mask } => {
-            if *use_causal_mask {
-                bail!("a causal Keras run has no torch export yet (use --format keras)");
-            }
-            let converted = keras_to_projected(layer, weights)?;
-            (converted.config, converted.weights)
-        }
-        ModelSpec::Baseline { .. } => bail!("the baseline MLP has no attention model to export to (use --format burn)"),
-    };
-    let case = format!("export_{}", config.name);
-    let description =
-        format!("export of run {} ({} model) as Linear + nn.MultiheadAttention + Linear", config.name, spec.kind());
-    projected_fixture(&case, &description, &projected, state_dict, x, output)
-}
-
-/// A file in the `projected_*` fixture format: the projected model's torch state dict, a probe
-/// `inputs.x` and the model's output on it (`outputs.output`), its sizes in the metadata.
-pub fn projected_fixture(
-    case: &str,
-    description: &str,
-    projected: &ProjectedConfig,
-    state_dict: WeightMap,
-    x: &HostTensor,
-    output: &HostTensor,
-) -> Result<TensorFile> {
-    let metadata = json!({
-        "framework": "torch",
-        "kind": "projected",
-        "case": case,
-        "description": description,
-        "in_features": projected.in_features,
-        "embed_dim": projected.embed_dim,
-        "num_heads": projected.num_heads,
-        "output_dim": projected.output_dim,
-        "bias": projected.bias,
-        "dropout": projected.dropout,
-        "batch_first": true,
-        "tolerance": 1e-5,
-    });
-    let mut tensors = state_dict;
-    tensors.extend(probe_tensors(&[("inputs.x", x), ("outputs.output", output)]));
-    Ok(TensorFile { tensors, metadata: [("config".to_string(), metadata.to_string())].into() })
 }

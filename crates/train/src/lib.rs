@@ -3,7 +3,6 @@
 
 pub mod bench;
 pub mod config;
-pub mod convert;
 pub mod export;
 mod figure;
 pub mod loss;
@@ -16,4 +15,3 @@ pub use model::rng;
 pub mod run;
 pub mod study;
 pub mod task;
-pub mod torch_module;

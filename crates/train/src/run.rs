@@ -432,9 +432,7 @@ fn init_weights(path: &Path, spec: &ModelSpec) -> Result<WeightMap> {
 
 /// Saves a module as burnpack, atomically.
 pub fn save_burnpack<M: Module>(module: M, path: &Path) -> Result<()> {
-    write_atomic_with(path, |tmp| {
-        module.save_file(tmp).map_err(|e| anyhow::anyhow!("cannot write {}: {e:?}", path.display()))
-    })
+    Ok(model::weights::save_burnpack(module, path)?)
 }
 
 fn print_summary(s: &Summary, wall: f64) {

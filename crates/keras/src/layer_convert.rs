@@ -15,7 +15,7 @@
 //! * `burn`: the Burn module as burnpack, with the probe beside it.
 //!
 //! Beside a torch export it writes `<file>.py`, the `nn.Module` that holds the weights
-//! ([`crate::torch_module`]).
+//! ([`crate::layer_torch`]).
 //!
 //! Every written file carries a probe batch and the *source* layer's output on it, so `cargo
 //! xtask verify FILE` (Burn) and `xtask/python/check_export.py FILE` (the real library) check it.
@@ -39,9 +39,9 @@ use model::torch_mha::{AttnWeights, TorchMhaInput};
 use model::{HostTensor, KerasMha, KerasMhaInput, KerasMhaNdInput, TensorFile};
 use serde_json::json;
 
-use crate::export::{keras_fixture, name_keras_files, projected_fixture};
-use crate::run::save_burnpack;
-use crate::torch_module::{TorchModule, python_source};
+use crate::layer_fixture::{keras_fixture, name_keras_files, projected_fixture};
+use crate::layer_torch::{TorchModule, python_source};
+use model::weights::save_burnpack;
 
 /// Sequences and steps of the probe batch.
 const PROBE_BATCH: usize = 2;
