@@ -14,7 +14,7 @@ from .flatten import FlattenReport, flatten, flatten_file
 
 try:
     from ._native import ConversionError, supported_classes
-    from .conversion import convert
+    from .conversion import convert, convert_layer
 except ImportError as _missing:  # the source tree, without the compiled core
     _reason = str(_missing)
 
@@ -25,9 +25,11 @@ except ImportError as _missing:  # the source tree, without the compiled core
         """Needs the compiled core: install the wheel (`maturin build --release`, then pip install)."""
         raise ImportError(f"keras2torch.convert needs the compiled core, which this copy lacks: {_reason}")
 
+    convert_layer = convert
+
     def supported_classes():
         """Needs the compiled core."""
         raise ImportError(f"keras2torch needs the compiled core, which this copy lacks: {_reason}")
 
 
-__all__ = ["ConversionError", "FlattenReport", "convert", "flatten", "flatten_file", "supported_classes"]
+__all__ = ["ConversionError", "FlattenReport", "convert", "convert_layer", "flatten", "flatten_file", "supported_classes"]

@@ -22,13 +22,22 @@ def main(argv=None):
                         help="sizes (without the batch axis) of an input the model leaves open, for tracing")
     parser.add_argument("--batch-size", type=int, help="a static batch size, for custom layers that need one")
     parser.add_argument("--no-check", action="store_true", help="write the files without checking the module")
+    parser.add_argument("--layer", metavar="NAME",
+                        help="convert this MultiHeadAttention layer alone (of a .keras, .weights.h5 or .pt file)")
+    parser.add_argument("--to", choices=["projected", "torch"], default="projected",
+                        help="with --layer: the popular Linear + nn.MultiheadAttention + Linear port, or a bare "
+                        "nn.MultiheadAttention (each where exact; refused with the reason where not)")
+    parser.add_argument("--num-heads", type=int, help="with --layer on a torch file: its head count")
     args = parser.parse_args(argv)
 
-    from . import ConversionError, convert
+    from . import ConversionError, convert, convert_layer
 
     try:
-        convert(args.model, out=args.out, imports=args.imports, shapes=dict(args.shape),
-                batch_size=args.batch_size, check=not args.no_check)
+        if args.layer is not None:
+            convert_layer(args.model, args.to, layer=args.layer, num_heads=args.num_heads, out=args.out)
+        else:
+            convert(args.model, out=args.out, imports=args.imports, shapes=dict(args.shape),
+                    batch_size=args.batch_size, check=not args.no_check)
     except (ConversionError, FileNotFoundError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

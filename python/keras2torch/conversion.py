@@ -200,3 +200,122 @@ def _first_node_that_differs(generated, probe_path):
         generated.check(probe_path)
     line = next((l for l in printed.getvalue().splitlines() if l.startswith("first node that differs")), None)
     return f"; {line}" if line else ""
+
+
+FORMS = ("exact", "projected", "torch")
+
+
+def convert_layer(
+    layer_or_path: keras.layers.MultiHeadAttention | PathLike,
+    form: str = "exact",
+    *,
+    layer: str | None = None,
+    num_heads: int | None = None,
+    out: PathLike | None = None,
+    check: bool = True,
+    tolerance: float = 1e-5,
+    seed: int = 0,
+    verbose: bool = True,
+) -> torch.nn.Module | None:
+    """Converts one `keras.layers.MultiHeadAttention` to PyTorch.
+
+    Args:
+        layer_or_path: the layer (built: called once), or a model file holding it (`.keras`,
+            `.weights.h5`, or a torch `.pt` / `.pth` state dict; give `layer=` to choose among
+            several and `num_heads=` for a torch file).
+        form: "exact", Keras' layer as torch code that computes what Keras computes, for every
+            argument (a layer object only); "projected", the popular port `Linear(D, h*k) +
+            nn.MultiheadAttention(h*k, h) + Linear(h*k, D)` with the exact weight mapping, where
+            it is exact (self-attention); "torch", a bare `nn.MultiheadAttention`, where Keras'
+            sizes allow one. A form that cannot express the layer raises with the reason.
+        out: where to write the files (`OUT.py`, and `OUT.safetensors` for the forms
+            "projected" and "torch"); `None` writes them to a temporary folder.
+        check: compare the module with the Keras layer on random inputs (a layer object) and
+            raise if it differs by more than `tolerance`; the converter itself checks what it
+            wrote against the source layer in every case.
+
+    Returns:
+        The module in eval mode, its weights loaded with `strict=True`, with
+        `keras2torch_difference` (the largest difference from Keras, or the converter's own
+        check for a file); None without torch once the files are written.
+    """
+    if form not in FORMS:
+        raise ValueError(f"form={form!r}: one of {', '.join(FORMS)}")
+    if isinstance(layer_or_path, (str, os.PathLike)):
+        if form == "exact":
+            raise ValueError('form="exact" takes a layer object; for a file, `convert(path)` converts the whole model')
+        return _convert_layer_file(os.fspath(layer_or_path), form, layer, num_heads, out, verbose)
+    mha = layer_or_path
+    model, inputs = _single_layer_model(mha)
+    if form == "exact":
+        return convert(model, out=out, check=check, tolerance=tolerance, seed=seed, verbose=verbose)
+    with tempfile.TemporaryDirectory() as scratch:
+        path = os.path.join(scratch, "layer.keras")
+        model.save(path)
+        module = _convert_layer_file(path, form, mha.name, None, out if out is not None else os.path.join(scratch, "layer"), verbose)
+        if module is None or not check:
+            return module
+        difference = _layer_against_keras(module, form, mha, inputs, seed)
+        if not difference <= tolerance:
+            raise ConversionError(f"the {form} module differs from the Keras layer {mha.name} by {difference:.3e}")
+        if verbose:
+            print(f"max |torch - Keras| = {difference:.3e}")
+        module.keras2torch_difference = difference
+        return module
+
+
+def _single_layer_model(mha):
+    """A functional model of `mha` alone, on inputs of the shapes it was built with."""
+    import keras
+
+    built = (mha.get_build_config() or {}).get("shapes_dict", {}) if getattr(mha, "built", False) else {}
+    shapes = [built.get(name) for name in ("query_shape", "value_shape", "key_shape")]
+    if shapes[0] is None or shapes[1] is None:
+        raise ValueError(f"{mha.name}: the layer is not built; call it once on inputs of its shapes first")
+    query, value = (keras.Input(tuple(s[1:]), name=n) for s, n in zip(shapes[:2], ("query", "value")))
+    inputs = [query, value]
+    if shapes[2] is not None and tuple(shapes[2]) != tuple(shapes[1]):
+        inputs.append(keras.Input(tuple(shapes[2][1:]), name="key"))
+    output = mha(query, value, key=inputs[2] if len(inputs) > 2 else None)
+    return keras.Model(inputs, output, name=f"{mha.name}_alone"), inputs
+
+
+def _convert_layer_file(path, form, layer, num_heads, out, verbose):
+    stem = _stem(out) if out is not None else None
+    if stem is None:  # beside nothing of the user's: a temporary folder that lives as long as the module
+        stem = os.path.join(tempfile.mkdtemp(prefix="keras2torch-"), "layer")
+    printout, difference, written = _native.convert_layer_file(path, form, layer=layer, num_heads=num_heads,
+                                                                out=stem + ".safetensors")
+    if verbose:
+        print(printout.rstrip())
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return None
+    source = next(str(p) for p in written if str(p).endswith(".py"))
+    module = _import(source).load()
+    module.keras2torch_difference = difference
+    return module
+
+
+def _layer_against_keras(module, form, mha, inputs, seed):
+    """The largest difference between the torch module and the Keras layer on random inputs (one
+    sequence used as query, key and value for the projected port, which is self-attention)."""
+    import keras
+    import torch
+
+    rng = np.random.default_rng(seed)
+    shape = [2] + [d if d is not None else 8 for d in inputs[0].shape[1:]]
+    x = rng.normal(size=shape).astype(np.float32)
+    if form == "projected":
+        expected = keras.ops.convert_to_numpy(mha(x, x, training=False))
+        with torch.no_grad():
+            got = module(torch.as_tensor(x)).numpy()
+    else:
+        values = [rng.normal(size=[2] + [d if d is not None else 8 for d in t.shape[1:]]).astype(np.float32) for t in inputs]
+        query, value = values[0], values[1]
+        key = values[2] if len(values) > 2 else value
+        expected = keras.ops.convert_to_numpy(mha(query, value, key=key, training=False))
+        with torch.no_grad():
+            got = module(torch.as_tensor(query), torch.as_tensor(key), torch.as_tensor(value), need_weights=False)[0].numpy()
+    return float(np.max(np.abs(got.astype(np.float64) - expected)))

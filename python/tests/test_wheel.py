@@ -126,3 +126,54 @@ def test_the_command_flattens_custom_layers_with_the_users_classes(tmp_path):
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "port.py").exists()
+
+
+def built_attention(num_heads, key_dim, width=4, steps=136):
+    import keras
+
+    layer = keras.layers.MultiHeadAttention(num_heads=num_heads, key_dim=key_dim)
+    x = np.random.default_rng(1).normal(size=(2, steps, width)).astype(np.float32)
+    layer(x, x)
+    return layer
+
+
+def test_the_questions_layer_converts_exactly_and_to_the_popular_port_with_its_final_linear():
+    layer = built_attention(num_heads=6, key_dim=4)  # the question: [B, 136, 4] in, 4 features out
+    exact = keras2torch.convert_layer(layer, verbose=False)
+    assert exact.keras2torch_difference <= TOLERANCE
+    port = keras2torch.convert_layer(layer, "projected", verbose=False)
+    assert port.keras2torch_difference <= TOLERANCE
+    assert type(port).__name__ == "Projected" and port.final is not None  # Linear(4, 24), MHA(24, 6), Linear(24, 4)
+    assert sum(int(np.prod(w.shape)) for w in layer.weights) == 460
+    assert sum(p.numel() for p in port.parameters()) == 2520 + 100  # the popular answer's, and Linear(24, 4)
+
+
+def test_a_bare_multihead_attention_only_where_keras_sizes_allow_one():
+    with pytest.raises(keras2torch.ConversionError, match="cannot be exact"):
+        keras2torch.convert_layer(built_attention(num_heads=6, key_dim=4), "torch", verbose=False)
+    bare = keras2torch.convert_layer(built_attention(num_heads=2, key_dim=2), "torch", verbose=False)
+    assert type(bare).__name__ == "MultiheadAttention" and bare.keras2torch_difference <= TOLERANCE
+
+
+def test_a_layer_of_a_file_converts_by_name_and_a_torch_file_needs_the_head_count(tmp_path):
+    path = os.path.join(ROOT, "datasets", "model-files", "functional.keras")
+    port = keras2torch.convert_layer(path, "projected", layer="attn_values", out=tmp_path / "values", verbose=False)
+    assert port.keras2torch_difference <= TOLERANCE and (tmp_path / "values.safetensors").exists()
+    with pytest.raises(keras2torch.ConversionError, match="self-attention on one input"):  # widths 8/5/5
+        keras2torch.convert_layer(path, "projected", layer="attn_nobias", out=tmp_path / "nobias", verbose=False)
+    with pytest.raises(ValueError, match="layer object"):
+        keras2torch.convert_layer(path, "exact")
+    checkpoint = os.path.join(ROOT, "datasets", "model-files", "torch_checkpoint.pt")
+    with pytest.raises(keras2torch.ConversionError, match="num-heads|num_heads|head count"):
+        keras2torch.convert_layer(checkpoint, "projected", out=tmp_path / "ckpt", verbose=False)
+
+
+def test_the_command_converts_one_layer_of_a_file(tmp_path):
+    path = os.path.join(ROOT, "datasets", "model-files", "functional.keras")
+    run = subprocess.run(["keras2torch", path, "--layer", "attn_values", "-o", str(tmp_path / "attn")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "largest |source - converted| on the probe" in run.stdout
+    refused = subprocess.run(["keras2torch", path, "--layer", "attn_nobias", "-o", str(tmp_path / "x")],
+                             capture_output=True, text=True)
+    assert refused.returncode == 1 and "cannot be exact" in refused.stderr, refused.stderr

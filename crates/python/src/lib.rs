@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 
+use keras::layer_convert::{self, Target};
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -26,6 +27,38 @@ fn convert_file(py: Python<'_>, path: PathBuf, out: PathBuf) -> PyResult<String>
         .map_err(|error| ConversionError::new_err(format!("{error:#}")))
 }
 
+/// Converts one `MultiHeadAttention` layer of a model file (`.keras`, `.weights.h5`, `.pt` /
+/// `.pth`) to `to`: "projected" (torch's `Linear + nn.MultiheadAttention + Linear`, where exact),
+/// "torch" (a bare `nn.MultiheadAttention`, where Keras' sizes allow one), "keras" or "burn",
+/// as `cargo xtask convert FILE --layer NAME --to TO` does, and checks what it wrote against the
+/// source layer. A torch export gets `OUT.py` beside it. Returns the report, the largest
+/// difference from the source layer on the probe, and the files written; raises
+/// `ConversionError` with the reason where the target cannot express the layer.
+#[pyfunction]
+#[pyo3(signature = (path, to, layer=None, num_heads=None, out=None))]
+fn convert_layer_file(
+    py: Python<'_>,
+    path: PathBuf,
+    to: &str,
+    layer: Option<String>,
+    num_heads: Option<usize>,
+    out: Option<PathBuf>,
+) -> PyResult<(String, f32, Vec<PathBuf>)> {
+    let error = |error: anyhow::Error| ConversionError::new_err(format!("{error:#}"));
+    let target: Target = to.parse().map_err(error)?;
+    let report =
+        py.detach(|| layer_convert::convert(&path, target, layer.as_deref(), num_heads, out)).map_err(error)?;
+    Ok((report.to_string(), report.max_abs_difference, report.written.clone()))
+}
+
+/// The attention layers of a model file, one line each (their paths and arguments).
+#[pyfunction]
+#[pyo3(signature = (path, num_heads=None))]
+fn list_layers(py: Python<'_>, path: PathBuf, num_heads: Option<usize>) -> PyResult<String> {
+    py.detach(|| layer_convert::list_layers(&path, num_heads))
+        .map_err(|error| ConversionError::new_err(format!("{error:#}")))
+}
+
 /// The layer classes the converter reads, as one line.
 #[pyfunction]
 fn supported_classes() -> String {
@@ -35,6 +68,8 @@ fn supported_classes() -> String {
 #[pymodule]
 fn _native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(convert_file, module)?)?;
+    module.add_function(wrap_pyfunction!(convert_layer_file, module)?)?;
+    module.add_function(wrap_pyfunction!(list_layers, module)?)?;
     module.add_function(wrap_pyfunction!(supported_classes, module)?)?;
     module.add("ConversionError", module.py().get_type::<ConversionError>())?;
     Ok(())
