@@ -177,3 +177,17 @@ def test_the_command_converts_one_layer_of_a_file(tmp_path):
     refused = subprocess.run(["keras2torch", path, "--layer", "attn_nobias", "-o", str(tmp_path / "x")],
                              capture_output=True, text=True)
     assert refused.returncode == 1 and "cannot be exact" in refused.stderr, refused.stderr
+
+
+def test_a_file_converts_where_neither_keras_nor_tensorflow_can_be_imported(tmp_path):
+    script = (
+        "import sys\n"
+        "sys.modules['keras'] = sys.modules['tensorflow'] = None  # importing either now fails\n"
+        "import keras2torch\n"
+        f"module = keras2torch.convert({os.path.join(MODELS, 'text_classifier.keras')!r}, out={str(tmp_path / 'port')!r})\n"
+        "assert module.keras2torch_difference <= 1e-5\n"
+        "assert 'keras' not in sys.modules or sys.modules['keras'] is None\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "max |torch - the converter's probe| =" in run.stdout
