@@ -16,7 +16,8 @@ sizes at [64, 136, 4]) and `bench_forecaster` (three causal blocks of MultiHeadA
 at [64, 136, 4]). Prints one Markdown table with each side's median over the rounds and the
 processor; `--json` writes the rounds too.
 
-    cargo build --examples --bin xtask && python3 xtask/python/bench_models.py [--rounds 3] [--seconds 2] [--threads 2] [--model bench_forecaster]
+    cargo xtask bench --models [--threads 2]    # builds the Burn side, then runs this script
+    python3 xtask/python/bench_models.py [--rounds 3] [--seconds 2] [--threads 2] [--model bench_forecaster]
 """
 
 import argparse
@@ -126,7 +127,7 @@ def run_side(side, name, module_path, args):
     model_path = os.path.join(ROOT, "datasets", "keras-models", f"{name}.keras")
     env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads), TF_CPP_MIN_LOG_LEVEL="3")
     if side == "ours (burn flex)":
-        command = [OURS, model_path, "--seconds", str(args.seconds), "--shape", ",".join(map(str, shape))]
+        command = [args.ours, model_path, "--seconds", str(args.seconds), "--shape", ",".join(map(str, shape))]
     else:
         kind, path = ("keras", model_path) if side.startswith("keras") else ("torch", module_path)
         if side.endswith("malloc kept"):
@@ -147,6 +148,8 @@ def main():
     parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     parser.add_argument("--model", action="append", choices=list(MODELS), help="default: every model")
     parser.add_argument("--json", help="also write every round here")
+    parser.add_argument("--ours", default=OURS, help="the model_step binary (default: target/debug/examples/)")
+    parser.add_argument("--xtask", default=XTASK, help="the xtask binary (default: target/debug/)")
     parser.add_argument("--worker", nargs=3, metavar=("KIND", "PATH", "SHAPE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -155,7 +158,7 @@ def main():
         forward, train_step = worker(path, shape, args.threads, args.seconds)
         print(json.dumps({"forward_ms": forward, "train_step_ms": train_step}))
         return
-    for binary in (OURS, XTASK):
+    for binary in (args.ours, args.xtask):
         if not os.path.exists(binary):
             raise SystemExit(f"{binary} is missing: run `cargo build --examples --bin xtask` first")
     names = args.model or list(MODELS)
@@ -164,7 +167,7 @@ def main():
         modules = {}
         for name in names:
             target = os.path.join(out, name)
-            subprocess.run([XTASK, "convert", os.path.join(ROOT, "datasets", "keras-models", f"{name}.keras"),
+            subprocess.run([args.xtask, "convert", os.path.join(ROOT, "datasets", "keras-models", f"{name}.keras"),
                             "--to", "torch", "--out", target], check=True, capture_output=True)
             modules[name] = target + ".py"
         for round_ in range(args.rounds):
@@ -188,6 +191,7 @@ def main():
                   f"({medians['torch module, malloc kept'] / keras:.2f} kept) | {medians['ours (burn flex)'] / keras:.2f} |")
     if args.json:
         report = {"processor": processor(), "threads": args.threads, "seconds": args.seconds, "rounds": times}
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json + ".tmp", "w") as f:
             json.dump(report, f, indent=1)
         os.replace(args.json + ".tmp", args.json)

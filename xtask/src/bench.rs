@@ -47,7 +47,12 @@ step adds to the idle process on each side. The header names the processor, the 
 and the matrix-product rates of ours and of torch's matmul. --isa avx2 restricts both sides to
 AVX2 (ours by KERNELS_ISA, torch by ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS and oneDNN's
 ONEDNN_MAX_CPU_ISA), so that an AVX2-only processor can be measured on a wider one. Results:
-reports/bench/bench.json, reports/bench/scaling.md and scaling.png.";
+reports/bench/bench.json, reports/bench/scaling.md and scaling.png.
+
+--models measures whole models instead (xtask/python/bench_models.py): an LSTM, keras.io's
+time-series Transformer at its own sizes and a causal forecaster of the question's layer, each
+run in Burn from its .keras file, as the torch module `convert` writes (with glibc's allocator
+and with freed memory kept) and in Keras, in turns on the same threads (reports/bench/models.json).";
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -92,6 +97,12 @@ pub struct Args {
     /// Skip the sequence-length scaling series.
     #[arg(long)]
     no_scaling: bool,
+    /// Instead of the sweep, the whole-model rows (xtask/python/bench_models.py): Keras files run
+    /// in Burn, as the torch module `convert` writes (with glibc's allocator and with freed
+    /// memory kept) and in Keras itself, in turns on the same threads; writes
+    /// reports/bench/models.json (or --json).
+    #[arg(long)]
+    models: bool,
     /// Internal: take 3 training steps of one row and print the memory they take (JSON).
     #[arg(long, hide = true, value_names = ["BACKEND", "MODEL", "MASK", "CALL", "SHAPE"], num_args = 5)]
     memory_child: Option<Vec<String>>,
@@ -121,6 +132,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let threads = use_threads(args.threads)?;
+    if args.models {
+        return whole_models(&args, threads);
+    }
     kernels::profile::set_enabled(args.profile);
     let isa = match &args.isa {
         Some(name) => Isa::parse(name)?,
@@ -608,6 +622,40 @@ fn scaling_table(rows: &[Row], reference: Option<&Value>) -> String {
 /// Sizes rayon's global pool, which burn's CPU backends and our kernels run on, to `threads`
 /// (default: every core the process may run on), so that both sides of a ratio get the same
 /// cores. Returns the count.
+/// `--models`: builds the Burn side (`model_step`, an example of the workspace, beside this
+/// binary) and runs `xtask/python/bench_models.py` with the Python `--python` names.
+fn whole_models(args: &Args, threads: usize) -> Result<ExitCode> {
+    let root = train::paths::repo_root();
+    let python = Python::find(args.python.as_deref())
+        .context("the whole-model rows need a Python with torch (and Keras on TensorFlow): --python or BENCH_PYTHON")?;
+    println!("building the Burn side (cargo build --workspace --examples)...");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let built = Command::new(cargo)
+        .args(["build", "--workspace", "--examples", "--locked", "--quiet"])
+        .current_dir(&root)
+        .status()
+        .context("running cargo")?;
+    if !built.success() {
+        bail!("cargo build --workspace --examples failed");
+    }
+    let xtask = std::env::current_exe().context("this binary's path")?;
+    let ours = xtask.with_file_name("examples").join("model_step");
+    let json = args.json.clone().unwrap_or_else(|| root.join("reports/bench/models.json"));
+    let mut command = Command::new(&python.path);
+    command
+        .arg(root.join("xtask/python/bench_models.py"))
+        .args(["--threads", &threads.to_string(), "--rounds", if args.quick { "1" } else { "3" }])
+        .args(["--seconds", if args.quick { "0.5" } else { "2" }])
+        .arg("--ours")
+        .arg(&ours)
+        .arg("--xtask")
+        .arg(&xtask)
+        .arg("--json")
+        .arg(&json);
+    let status = command.status().with_context(|| format!("running {}", python.path.display()))?;
+    Ok(if status.success() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
 fn use_threads(threads: Option<usize>) -> Result<usize> {
     let threads = match threads {
         Some(0) => bail!("--threads 0: at least one thread is needed"),
