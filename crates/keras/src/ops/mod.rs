@@ -14,7 +14,7 @@ use indexing::Indexing;
 
 use crate::layers::convolution::two_sizes;
 use crate::layers::{Build, Call, Input, KerasLayer, same_padding};
-use crate::torch::{PyCall, TorchCall, py_bool, py_float, py_str, tuple};
+use crate::torch::{PyCall, TorchCall, py_bool, py_float, py_str, torch_dtype, tuple};
 use crate::value::{Binary, DType, DynTensor, Reduce, Unary, Value, constant_tensor, resolve_shape};
 use model::error::Result;
 
@@ -71,15 +71,6 @@ fn cast(x: DynTensor, from: DType, to: DType) -> DynTensor {
         (_, DType::Bool) => x.map(Unary::ToBool),
         (DType::Float, DType::Int) => x.map(Unary::Truncate),
         _ => x,
-    }
-}
-
-/// torch's name of a dtype.
-fn torch_dtype(dtype: DType) -> &'static str {
-    match dtype {
-        DType::Float => "torch.float32",
-        DType::Int => "torch.int64",
-        DType::Bool => "torch.bool",
     }
 }
 

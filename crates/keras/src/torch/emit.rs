@@ -292,6 +292,15 @@ pub fn var(port: Port) -> String {
     if port.index == 0 { format!("x{}", port.node) } else { format!("x{}_{}", port.node, port.index) }
 }
 
+/// torch's name of a dtype as this writer stores it (integers as int64).
+pub fn torch_dtype(dtype: DType) -> &'static str {
+    match dtype {
+        DType::Float => "torch.float32",
+        DType::Int => "torch.int64",
+        DType::Bool => "torch.bool",
+    }
+}
+
 /// An argument as a Python expression.
 pub fn render(arg: &Arg) -> String {
     match arg {
@@ -310,16 +319,9 @@ pub fn literal(value: &Json) -> String {
         Json::String(s) => format!("{s:?}"),
         Json::Array(items) => format!("[{}]", items.iter().map(literal).collect::<Vec<_>>().join(", ")),
         Json::Object(_) => match constant_tensor(value) {
-            Some((host, dtype)) => format!(
-                "torch.tensor({:?}, dtype={}).reshape({:?})",
-                host.data,
-                match dtype {
-                    DType::Float => "torch.float32",
-                    DType::Int => "torch.int64",
-                    DType::Bool => "torch.bool",
-                },
-                host.shape
-            ),
+            Some((host, dtype)) => {
+                format!("torch.tensor({:?}, dtype={}).reshape({:?})", host.data, torch_dtype(dtype), host.shape)
+            }
             None => "None".into(),
         },
     }

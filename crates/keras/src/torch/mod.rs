@@ -15,7 +15,7 @@ mod emit;
 
 pub use emit::{
     PyCall, TorchCall, TorchModule, activate, activation_name, fold, literal, py_bool, py_float, py_str, receives_mask,
-    render, tuple, var,
+    render, torch_dtype, tuple, var,
 };
 
 use std::collections::{BTreeMap, HashSet};
@@ -110,11 +110,7 @@ pub fn torch_export(
         };
         let construct = layer.torch_call(&mut call)?;
         for (name, host, dtype) in std::mem::take(&mut call.buffers) {
-            let dtype = match dtype {
-                DType::Float => "torch.float32",
-                DType::Int => "torch.int64",
-                DType::Bool => "torch.bool",
-            };
+            let dtype = torch_dtype(dtype);
             let _ =
                 writeln!(init, "        self.register_buffer({name:?}, torch.zeros({:?}, dtype={dtype}))", host.shape);
             state.insert(name, host);
@@ -134,7 +130,7 @@ pub fn torch_export(
             format!(
                 "{:?}: {}",
                 i.name,
-                if DType::parse(&i.dtype) == Some(DType::Float) { "torch.float32" } else { "torch.int64" }
+                torch_dtype(if DType::parse(&i.dtype) == Some(DType::Float) { DType::Float } else { DType::Int })
             )
         })
         .collect();
