@@ -43,6 +43,7 @@ EXAMPLES = {
     "video_classification": (13, 2, []),
     "bert_mlm": (14, 2, []),
     "untraceable": (15, 2, []),  # not keras.io's: a layer the flattener must keep, with the reason
+    "shared_weight": (16, 2, []),  # not keras.io's: a custom layer's own weight, the layer called twice
 }
 
 # Examples whose custom layers the flattener must keep (and `convert` refuse), with the reason.

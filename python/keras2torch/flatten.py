@@ -81,6 +81,7 @@ class _Tracer:
         self.report = report
         self.layers = set()
         self.classes = {}
+        self.weights = {}  # id(variable) -> the Weight layer standing for it
 
     def patch(self, model):
         import keras
@@ -160,7 +161,7 @@ class _Tracer:
                         kwargs["mask"] = backend.get_keras_mask(args[0])
                     tracer.anchors.append(next((a for a in args if hasattr(a, "shape")), None))
                     try:
-                        outputs = _call_with_weight_nodes(layer, args, kwargs)
+                        outputs = _call_with_weight_nodes(layer, args, kwargs, tracer.weights)
                     finally:
                         tracer.anchors.pop()
                     _attach_mask(layer, args, kwargs, outputs)
@@ -263,10 +264,11 @@ def _untraceable(layer):
     return None
 
 
-def _call_with_weight_nodes(layer, args, kwargs):
-    """`layer.call(*args, **kwargs)` with each own weight attribute replaced, while it runs, by a
-    `Weight` node standing for it (tied to the first tensor argument), so that the traced graph
-    reads the weight instead of freezing its value."""
+def _call_with_weight_nodes(layer, args, kwargs, weights):
+    """`layer.call(*args, **kwargs)` with each own weight attribute replaced, while it runs, by the
+    output of a `Weight` layer standing for it (called on the first tensor argument), so that the
+    traced graph reads the weight instead of freezing its value. `weights` holds one `Weight`
+    layer per variable for the whole flattening: a custom layer called twice reads one weight."""
     from .weight import Weight
 
     attributes = _weight_attributes(layer)
@@ -274,7 +276,9 @@ def _call_with_weight_nodes(layer, args, kwargs):
     if attributes and anchor is None:
         raise ValueError("its own weights are read in call, and it has no tensor argument to tie them to")
     for name, variable in attributes.items():
-        object.__setattr__(layer, name, Weight.standing_for(variable, f"{layer.name}_{name}", anchor))
+        if id(variable) not in weights:
+            weights[id(variable)] = Weight.standing_for(variable, f"{layer.name}_{name}")
+        object.__setattr__(layer, name, weights[id(variable)](anchor))
     try:
         return layer.call(*args, **kwargs)
     finally:

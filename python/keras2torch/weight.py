@@ -32,8 +32,9 @@ class Weight(keras.layers.Layer):
         return {**super().get_config(), "shape": list(self.shape)}
 
     @classmethod
-    def standing_for(cls, variable, name, anchor):
-        """The node's output for `variable` of a layer being traced, called on `anchor`."""
-        node = cls(variable.shape, name=name, trainable=variable.trainable, dtype=variable.dtype)
-        node.value.assign(variable)
-        return node(anchor)
+    def standing_for(cls, variable, name):
+        """The layer holding `variable`'s value, for a layer being traced (each call of it is a
+        node of the flattened graph)."""
+        layer = cls(variable.shape, name=name, trainable=variable.trainable, dtype=variable.dtype)
+        layer.value.assign(variable)
+        return layer
