@@ -244,7 +244,9 @@ def convert_layer(
     if isinstance(layer_or_path, (str, os.PathLike)):
         if form == "exact":
             raise ValueError('form="exact" takes a layer object; for a file, `convert(path)` converts the whole model')
-        return _convert_layer_file(os.fspath(layer_or_path), form, layer, num_heads, out, verbose)
+        with tempfile.TemporaryDirectory() as scratch:
+            stem = out if out is not None else os.path.join(scratch, "layer")
+            return _convert_layer_file(os.fspath(layer_or_path), form, layer, num_heads, stem, verbose)
     mha = layer_or_path
     model, inputs = _single_layer_model(mha)
     if form == "exact":
@@ -252,7 +254,8 @@ def convert_layer(
     with tempfile.TemporaryDirectory() as scratch:
         path = os.path.join(scratch, "layer.keras")
         model.save(path)
-        module = _convert_layer_file(path, form, mha.name, None, out if out is not None else os.path.join(scratch, "layer"), verbose)
+        stem = out if out is not None else os.path.join(scratch, "layer")
+        module = _convert_layer_file(path, form, mha.name, None, stem, verbose)
         if module is None or not check:
             return module
         difference = _layer_against_keras(module, form, mha, inputs, seed)
@@ -281,9 +284,9 @@ def _single_layer_model(mha):
 
 
 def _convert_layer_file(path, form, layer, num_heads, out, verbose):
-    stem = _stem(out) if out is not None else None
-    if stem is None:  # beside nothing of the user's: a temporary folder that lives as long as the module
-        stem = os.path.join(tempfile.mkdtemp(prefix="keras2torch-"), "layer")
+    """One layer of the file `path` converted to `form` by the compiled core, written at `out`
+    (a stem: `OUT.safetensors` and `OUT.py`) and its module loaded; None without torch."""
+    stem = _stem(out)
     printout, difference, written = _native.convert_layer_file(path, form, layer=layer, num_heads=num_heads,
                                                                 out=stem + ".safetensors")
     if verbose:
