@@ -12,6 +12,7 @@
 //! and `forward` reads as the graph, line by line.
 
 mod emit;
+mod prelude;
 
 pub use emit::{
     PyCall, TorchCall, TorchModule, activate, activation_name, fold, literal, py_bool, py_float, py_str, receives_mask,
@@ -19,6 +20,8 @@ pub use emit::{
 };
 
 use std::collections::{BTreeMap, HashSet};
+
+use prelude::{prelude_for, prelude_names};
 use std::fmt::Write as _;
 
 use crate::executor::KerasModel;
@@ -27,7 +30,8 @@ use crate::value::DType;
 use model::error::Result;
 use model::weights::WeightMap;
 
-const PRELUDE: &str = include_str!("prelude.py");
+/// Where the generated source holds the prelude until the rest of it is written.
+const PRELUDE_SLOT: &str = "\u{0}prelude\u{0}";
 
 /// The generated module and its weights.
 pub struct TorchExport {
@@ -152,7 +156,7 @@ where torch and Burn differ (recorded by forward hooks, `NODES`); `--probe FILE`
 another probe in the same format, such as one made by Keras.
 """
 
-{PRELUDE}
+{prelude}
 
 INPUTS = [{inputs}]
 INPUT_DTYPES = {{{dtypes}}}
@@ -229,29 +233,11 @@ if __name__ == "__main__":
         outputs = output_names.join(", "),
         args = inputs.join(", "),
         nodes = nodes.join("\n"),
+        prelude = PRELUDE_SLOT,
     );
+    // The prelude's definitions that the module's own code names, and theirs.
+    let source = source.replacen(PRELUDE_SLOT, &prelude_for(&source), 1);
     Ok(TorchExport { source, state_dict: state, constructs })
-}
-
-/// The names the prelude defines at its top level (imports, functions, classes, constants),
-/// which `forward` calls by name.
-fn prelude_names() -> HashSet<&'static str> {
-    let identifier = |s: &'static str| s.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).next();
-    PRELUDE
-        .lines()
-        .filter_map(|line| {
-            if let Some(rest) = line.strip_prefix("def ").or_else(|| line.strip_prefix("class ")) {
-                identifier(rest)
-            } else if line.starts_with("import ") || line.starts_with("from ") {
-                line.split_whitespace().last() // `import math`, `... as F`, `from m import load_file`
-            } else if line.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') && line.contains(" = ") {
-                identifier(line) // `HERE = ...`, `ACTIVATIONS = {`
-            } else {
-                None
-            }
-        })
-        .filter(|name| !name.is_empty())
-        .collect()
 }
 
 /// Python attribute names from layer names: identifiers, unique, clear of `nn.Module`'s own.
@@ -342,22 +328,13 @@ mod tests {
     use crate::activation::Activation;
 
     #[test]
-    fn the_prelude_s_names_are_read_from_it() {
-        let names = prelude_names();
-        for name in ["math", "F", "load_file", "HERE", "ACTIVATIONS", "dropout", "softplus", "Conv1D", "Recurrent"] {
-            assert!(names.contains(name), "{name} missing from {names:?}");
-        }
-        assert!(!names.contains("x") && !names.contains("self") && !names.contains(""), "{names:?}");
-    }
-
-    #[test]
     fn an_activation_forward_writes_by_name_is_a_prelude_function() {
         let names = prelude_names();
         for activation in [Activation::Softplus, Activation::HardSigmoid, Activation::HardSilu, Activation::Mish] {
             let written = activate(activation, "x");
             let function = written.split('(').next().unwrap();
             assert!(names.contains(function), "{written}");
-            assert!(PRELUDE.contains(&format!("{:?}: {function},", activation_name(activation))), "{written}");
+            assert!(prelude::whole().contains(&format!("{:?}: {function},", activation_name(activation))), "{written}");
         }
     }
 }
