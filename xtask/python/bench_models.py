@@ -4,10 +4,10 @@ forward pass (inference) and a training step (the mean square of the first outpu
 1e-3), in turns, each side in a fresh process per round:
 
 * ours: Burn on flex, reading the .keras file (crates/train/examples/model_step.rs);
-* the torch module `cargo xtask convert MODEL --to torch` writes, with glibc's default allocator
-  and again with it told to keep freed memory (`MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`:
-  PyTorch's CPU tensors come from malloc, and glibc hands every block above 32 MiB back to the
-  system when it is freed, so that the next step faults its pages in again);
+* the torch module `cargo xtask convert MODEL --to torch` writes, as its `load()` returns it
+  (which tells glibc's malloc to keep freed memory: PyTorch's CPU tensors come from malloc, and
+  glibc hands every block above 32 MiB back to the system when it is freed, so that the next
+  step faults its pages in again), and again with glibc's default (`load(keep_memory=False)`);
 * the real Keras (TensorFlow), `tf.function` as `model.fit` compiles it.
 
 The models (datasets/keras-models/, made by make_keras_models.py): `bench_lstm` (LSTM(64) ->
@@ -34,9 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 OURS = os.path.join(ROOT, "target", "debug", "examples", "model_step")
 XTASK = os.path.join(ROOT, "target", "debug", "xtask")
 MODELS = {"bench_lstm": (32, 136, 4), "bench_timeseries": (64, 136, 4), "bench_forecaster": (64, 136, 4)}
-# glibc keeps freed blocks below 4 GiB in the heap and gives back none of it (see the docstring).
-KEEP_MEMORY = {"MALLOC_MMAP_THRESHOLD_": str(4 << 30), "MALLOC_TRIM_THRESHOLD_": str(64 << 30)}
-SIDES = ["ours (burn flex)", "torch module", "torch module, malloc kept", "keras (tensorflow)"]
+SIDES = ["ours (burn flex)", "torch module", "torch module, glibc's default malloc", "keras (tensorflow)"]
 
 
 def processor():
@@ -62,7 +60,7 @@ def median_ms(fn, seconds):
     return statistics.median(times)
 
 
-def torch_worker(module_path, shape, threads, seconds):
+def torch_worker(module_path, shape, threads, seconds, keep_memory=True):
     import importlib.util
 
     import torch
@@ -72,7 +70,7 @@ def torch_worker(module_path, shape, threads, seconds):
     spec = importlib.util.spec_from_file_location("converted", module_path)
     converted = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(converted)
-    model, x = converted.load(), torch.randn(*shape)
+    model, x = converted.load(keep_memory=keep_memory), torch.randn(*shape)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
     def first(outputs):
@@ -130,8 +128,8 @@ def run_side(side, name, module_path, args):
         command = [args.ours, model_path, "--seconds", str(args.seconds), "--shape", ",".join(map(str, shape))]
     else:
         kind, path = ("keras", model_path) if side.startswith("keras") else ("torch", module_path)
-        if side.endswith("malloc kept"):
-            env.update(KEEP_MEMORY)
+        if side.endswith("default malloc"):
+            kind = "torch-default-malloc"
         command = [sys.executable, __file__, "--worker", kind, path, ",".join(map(str, shape)),
                    "--threads", str(args.threads), "--seconds", str(args.seconds)]
     run = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -154,8 +152,10 @@ def main():
     args = parser.parse_args()
     if args.worker:
         kind, path, shape = args.worker[0], args.worker[1], tuple(int(d) for d in args.worker[2].split(","))
-        worker = torch_worker if kind == "torch" else keras_worker
-        forward, train_step = worker(path, shape, args.threads, args.seconds)
+        if kind == "keras":
+            forward, train_step = keras_worker(path, shape, args.threads, args.seconds)
+        else:
+            forward, train_step = torch_worker(path, shape, args.threads, args.seconds, keep_memory=kind == "torch")
         print(json.dumps({"forward_ms": forward, "train_step_ms": train_step}))
         return
     for binary in (args.ours, args.xtask):
@@ -188,7 +188,7 @@ def main():
             keras = medians["keras (tensorflow)"]
             cells = " | ".join(f"{v:.1f}" for v in medians.values())
             print(f"| {name} {list(MODELS[name])} | {phase} | {cells} | {medians['torch module'] / keras:.2f} "
-                  f"({medians['torch module, malloc kept'] / keras:.2f} kept) | {medians['ours (burn flex)'] / keras:.2f} |")
+                  f"({medians[SIDES[2]] / keras:.2f} default malloc) | {medians['ours (burn flex)'] / keras:.2f} |")
     if args.json:
         report = {"processor": processor(), "threads": args.threads, "seconds": args.seconds, "rounds": times}
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)

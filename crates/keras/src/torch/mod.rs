@@ -179,7 +179,10 @@ class Model(torch.nn.Module):
 {body}        return {returned}
 
 
-def load(path=WEIGHTS):
+def load(path=WEIGHTS, keep_memory=True):
+    """The module in eval mode with the weights of `path`; `keep_memory` calls keep_freed_memory()."""
+    if keep_memory:
+        keep_freed_memory()
     model = Model()
     model.load_state_dict(load_file(path), strict=True)
     return model.eval()

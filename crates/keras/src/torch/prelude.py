@@ -1,3 +1,4 @@
+import ctypes
 import math
 import os
 import sys
@@ -7,6 +8,25 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def keep_freed_memory():
+    """Tells glibc's malloc to keep the memory torch frees for torch's next tensors, as
+    TensorFlow's allocator does and PyTorch's CPU tuning guide advises (jemalloc, tcmalloc). By
+    default glibc hands every freed block above 32 MiB back to the system, so each call faults
+    the pages of its large activations in again: keras.io's time-series Transformer at
+    [64, 136, 4] takes 296 ms a forward pass that way against 217 ms (2 threads, Intel Xeon).
+    The process keeps its peak memory until it exits. Returns False, changing nothing, where the
+    C library is not glibc."""
+    try:
+        if not os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"):
+            return False
+        mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError, ValueError):
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # <malloc.h>
+    return bool(mallopt(M_MMAP_THRESHOLD, 1 << 30) and mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
+
 
 # ---------------------------------------------------------------------------------------------
 # Keras semantics that torch has no built-in for, written out once (keras 3.15, TensorFlow).

@@ -17,7 +17,8 @@ struct Definition {
     text: &'static str,
 }
 
-/// The prelude's head (imports, `HERE`, down to the banner that opens the Keras semantics), which every module keeps, and the definitions after it in order.
+/// The prelude's head (imports, `HERE`, `keep_freed_memory`, down to the banner that opens the
+/// Keras semantics), which every module keeps, and the definitions after it in order.
 fn definitions() -> (&'static str, Vec<Definition>) {
     let banner = PRELUDE.rfind("\n# ---").map_or(0, |at| at + 1);
     let starts: Vec<usize> =
@@ -129,7 +130,7 @@ mod tests {
         let (head, definitions) = definitions();
         let joined: String = std::iter::once(head).chain(definitions.iter().map(|d| d.text)).collect();
         assert_eq!(joined, PRELUDE);
-        assert!(head.contains("import torch") && head.contains("HERE = "), "{head}");
+        assert!(head.contains("import torch") && head.contains("def keep_freed_memory("), "{head}");
         assert!(head.trim_end().ends_with(
             "# ---------------------------------------------------------------------------------------------"
         ));
