@@ -15,7 +15,7 @@ use burn::tensor::ops::ConvTransposeOptions;
 use super::convolution::spatial_sizes;
 use super::{Build, Call, KerasLayer, Variable};
 use crate::activation::Activation;
-use crate::torch::{PyCall, TorchCall, TorchModule, activation_name, py_bool, py_str};
+use crate::torch::{PyCall, TorchCall, TorchModule, activation_name, py_bool, py_str, tuple};
 use crate::value::{DynTensor, Value};
 use model::error::Result;
 use model::weights::HostTensor;
@@ -140,11 +140,11 @@ impl KerasLayer for ConvTranspose {
                 .kw("in_channels", inputs)
                 .kw("filters", filters)
                 .kw("kernel_size", format!("[{kh}, {kw}]"))
-                .kw("strides", format!("{:?}", self.stride))
-                .kw("dilation_rate", format!("{:?}", self.dilation))
+                .kw("strides", tuple(&self.stride))
+                .kw("dilation_rate", tuple(&self.dilation))
                 .kw("use_bias", py_bool(self.bias.is_some()))
                 .kw("padding", py_str(if self.same { "same" } else { "valid" }))
-                .kw_if(self.output_padding.is_some(), "output_padding", format!("{:?}", self.output_padding.unwrap_or_default()))
+                .kw_if(self.output_padding.is_some(), "output_padding", tuple(&self.output_padding.unwrap_or_default()))
                 .kw_if(!self.channels_last, "channels_last", "False")
                 .kw_if(self.activation != Activation::Linear, "activation", py_str(activation_name(self.activation)))
                 .kw_if(self.one_dimensional, "one_dimensional", "True"),

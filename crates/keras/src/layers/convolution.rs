@@ -9,7 +9,7 @@ use burn::tensor::ops::ConvOptions;
 
 use super::{Build, Call, same_padding};
 use crate::activation::Activation;
-use crate::torch::{PyCall, TorchModule, activation_name, py_bool, py_str};
+use crate::torch::{PyCall, TorchModule, activation_name, py_bool, py_str, tuple};
 use crate::value::DynTensor;
 use model::error::Result;
 use model::weights::HostTensor;
@@ -109,9 +109,9 @@ impl Window2D {
     /// The window's `kernel_size`, `strides` and `dilation_rate` as keyword arguments of a
     /// prelude constructor.
     pub fn torch_arguments(&self, call: PyCall) -> PyCall {
-        call.kw("kernel_size", format!("{:?}", self.kernel))
-            .kw("strides", format!("{:?}", self.stride))
-            .kw("dilation_rate", format!("{:?}", self.dilation))
+        call.kw("kernel_size", tuple(&self.kernel))
+            .kw("strides", tuple(&self.stride))
+            .kw("dilation_rate", tuple(&self.dilation))
     }
 
     /// The window's padding as a prelude constructor takes it: `"same"` or `"valid"`.

@@ -7,7 +7,7 @@ use burn::tensor::Tensor;
 
 use super::{Build, Call, KerasLayer, Variable, keep_mask};
 use crate::activation::Activation;
-use crate::torch::{TorchCall, TorchModule, activate, py_bool};
+use crate::torch::{PyCall, TorchCall, TorchModule, activate};
 use crate::value::{DynTensor, Value};
 use model::error::Result;
 use model::weights::HostTensor;
@@ -49,7 +49,7 @@ impl KerasLayer for Dense {
 
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
         let [input, units] = self.kernel.dims();
-        module.construct(format!("torch.nn.Linear({input}, {units}, bias={})", py_bool(self.bias.is_some())));
+        module.construct(PyCall::new("torch.nn.Linear").arg(input).arg(units).kw_if(self.bias.is_none(), "bias", "False"));
         if self.activation != Activation::Linear {
             module.untraced(); // the activation follows the module: its output is not the layer's
         }

@@ -7,7 +7,7 @@ use burn::tensor::Tensor;
 
 use super::moments::{inverse_deviation, moments, normalize};
 use super::{Build, Call, KerasLayer, Variable, flat_tensor, keep_mask};
-use crate::torch::{PyCall, TorchCall, TorchModule, py_bool};
+use crate::torch::{PyCall, TorchCall, TorchModule, py_bool, tuple};
 use crate::value::{Binary, DynTensor, Value};
 use model::error::Result;
 use model::weights::HostTensor;
@@ -91,7 +91,7 @@ impl KerasLayer for LayerNormalization {
         module.construct(
             PyCall::new("LayerNormalization")
                 .kw("param_shape", format!("[{width}]"))
-                .kw("axis", format!("{:?}", self.axes))
+                .kw("axis", tuple(&self.axes))
                 .kw("epsilon", format!("{:e}", self.epsilon))
                 .kw("center", py_bool(self.beta.is_some() || self.rms_scaling))
                 .kw("scale", py_bool(self.gamma.is_some()))

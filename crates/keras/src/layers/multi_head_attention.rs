@@ -14,7 +14,7 @@ use burn::tensor::{Bool, Tensor};
 
 use super::{Build, Call, KerasLayer, Variable};
 use crate::graph::Arg;
-use crate::torch::{TorchCall, TorchModule, py_bool, var};
+use crate::torch::{PyCall, TorchCall, TorchModule, py_bool, py_float, var};
 use crate::value::{DynTensor, Value};
 use model::error::Result;
 use model::keras_file::{ATTENTION_SUBLAYERS, config_from_arguments};
@@ -127,18 +127,19 @@ impl KerasLayer for MultiHeadAttention {
     fn torch_module(&self, module: &mut TorchModule) -> Result<()> {
         let layer = &self.layer;
         let d = layer.dims();
-        module.construct(format!(
-            "MultiHeadAttention(query_dim={}, key_input_dim={}, value_input_dim={}, num_heads={}, key_dim={}, value_dim={}, output_dim={}, bias={}, dropout={:?})",
-            d.query_dim,
-            d.key_input_dim,
-            d.value_input_dim,
-            d.num_heads,
-            d.key_dim,
-            d.value_dim,
-            d.output_dim,
-            py_bool(layer.query.bias.is_some()),
-            layer.dropout
-        ));
+        // Keras' arguments, then the input widths Keras reads off the first call's shapes.
+        module.construct(
+            PyCall::new("MultiHeadAttention")
+                .kw("query_dim", d.query_dim)
+                .kw("num_heads", d.num_heads)
+                .kw("key_dim", d.key_dim)
+                .kw_if(d.value_dim != d.key_dim, "value_dim", d.value_dim)
+                .kw("dropout", py_float(layer.dropout))
+                .kw("use_bias", py_bool(layer.query.bias.is_some()))
+                .kw_if(d.output_dim != d.query_dim, "output_dim", d.output_dim)
+                .kw_if(d.value_input_dim != d.query_dim, "value_input_dim", d.value_input_dim)
+                .kw_if(d.key_input_dim != d.value_input_dim, "key_input_dim", d.key_input_dim),
+        );
         for (name, linear) in
             [("query", &layer.query), ("key", &layer.key), ("value", &layer.value), ("output", &layer.output)]
         {

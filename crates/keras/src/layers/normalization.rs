@@ -9,7 +9,7 @@ use burn::tensor::Tensor;
 use serde_json::Value as Json;
 
 use super::{Build, Call, KerasLayer, Variable, flat_tensor, keep_mask};
-use crate::torch::{PyCall, TorchCall, TorchModule, py_bool};
+use crate::torch::{PyCall, TorchCall, TorchModule, py_bool, tuple};
 use crate::value::{Binary, DynTensor, Unary, Value, json_array};
 use model::error::Result;
 use model::weights::HostTensor;
@@ -116,7 +116,7 @@ impl KerasLayer for Normalization {
         module.construct(
             PyCall::new("Normalization")
                 .kw("mean_and_var_shape", format!("{:?}", self.shape))
-                .kw("axis", format!("{:?}", self.axes))
+                .kw("axis", tuple(&self.axes))
                 .kw("invert", py_bool(self.invert)),
         );
         module.tensor("mean", HostTensor::from_tensor(self.mean.val()).reshaped(self.shape.clone()));

@@ -9,7 +9,7 @@ use burn::module::Module;
 use super::convolution::two_sizes;
 use super::pooling1d::window;
 use super::{Build, Call, KerasLayer};
-use crate::torch::{PyCall, TorchCall, py_str};
+use crate::torch::{PyCall, TorchCall, py_str, tuple};
 use crate::value::Value;
 use model::error::Result;
 
@@ -51,8 +51,8 @@ impl KerasLayer for Pooling2D {
         let x = call.input()?;
         let y = PyCall::new(if self.max { "max_pooling2d" } else { "average_pooling2d" })
             .arg(x)
-            .kw("pool_size", format!("{:?}", self.pool))
-            .kw("strides", format!("{:?}", self.stride))
+            .kw("pool_size", tuple(&self.pool))
+            .kw("strides", tuple(&self.stride))
             .kw("padding", py_str(if self.same { "same" } else { "valid" }))
             .kw_if(!self.channels_last, "channels_last", "False")
             .to_string();

@@ -233,15 +233,18 @@ impl TorchCall<'_> {
 /// A Python call written with keyword arguments, as a user would write it:
 /// `PyCall::new("Conv1D").kw("filters", 4).kw_if(false, "channels_last", "False")` is
 /// `Conv1D(filters=4)`. Values are Python already ([`py_bool`], [`py_str`], [`py_float`], `{:?}`
-/// of integers and of lists of them).
+/// of integers and of lists of them). A keyword whose value is written as the prelude's
+/// signature writes its default is left out (`Conv1D(..., strides=1)` is `Conv1D(...)`).
 pub struct PyCall {
     text: String,
     empty: bool,
+    defaults: Vec<(&'static str, &'static str)>,
 }
 
 impl PyCall {
     pub fn new(function: impl std::fmt::Display) -> Self {
-        Self { text: format!("{function}("), empty: true }
+        let function = function.to_string();
+        Self { defaults: super::prelude::parameter_defaults(&function), text: format!("{function}("), empty: true }
     }
 
     /// A positional argument (the tensors a call is obviously about).
@@ -251,8 +254,12 @@ impl PyCall {
         self
     }
 
-    /// `name=value`.
+    /// `name=value`, unless that is the prelude's default.
     pub fn kw(mut self, name: &str, value: impl std::fmt::Display) -> Self {
+        let value = value.to_string();
+        if self.defaults.contains(&(name, value.as_str())) {
+            return self;
+        }
         self.separate();
         let _ = write!(self.text, "{name}={value}");
         self
@@ -418,7 +425,9 @@ mod tests {
             "channels_last",
             "False",
         );
-        assert_eq!(call.to_string(), r#"Conv1D(filters=4, padding="valid")"#);
+        assert_eq!(call.to_string(), r#"Conv1D(filters=4)"#); // "valid" is the prelude's default
+        let call = PyCall::new("Conv1D").kw("strides", 2).kw("padding", py_str("causal")).kw("use_bias", py_bool(true));
+        assert_eq!(call.to_string(), r#"Conv1D(strides=2, padding="causal")"#);
         let call = PyCall::new("self.lstm").arg("x1").kw_if(true, "mask", "m1");
         assert_eq!(call.to_string(), "self.lstm(x1, mask=m1)");
         assert_eq!(PyCall::new("f").to_string(), "f()");

@@ -475,7 +475,7 @@ class LayerNormalization(torch.nn.Module):
     """keras.layers.LayerNormalization over the axes `axis` (a list), as Keras orders the
     operations; gamma and beta of param_shape (the normalised axes' sizes, flattened)."""
 
-    def __init__(self, param_shape, axis=(-1,), epsilon=1e-3, center=True, scale=True, rms_scaling=False):
+    def __init__(self, param_shape, axis=(-1,), epsilon=0.001, center=True, scale=True, rms_scaling=False):
         super().__init__()
         self.axes, self.epsilon, self.rms_scaling = axis, epsilon, rms_scaling
         self.gamma = torch.nn.Parameter(torch.ones(param_shape)) if scale or rms_scaling else None
@@ -495,7 +495,7 @@ class BatchNormalization(torch.nn.Module):
     (weighted by the mask, and updating the moving statistics with Keras' momentum); `channels`
     is the size of `axis`."""
 
-    def __init__(self, channels, axis=-1, epsilon=1e-3, momentum=0.99, center=True, scale=True):
+    def __init__(self, channels, axis=-1, epsilon=0.001, momentum=0.99, center=True, scale=True):
         super().__init__()
         self.axis, self.epsilon, self.momentum = axis, epsilon, momentum
         self.gamma = torch.nn.Parameter(torch.ones(channels)) if scale else None
@@ -524,7 +524,7 @@ class GroupNormalization(torch.nn.Module):
     channel; `channels` the size of `axis`), normalised over every other axis but the batch's,
     in Keras' order of operations."""
 
-    def __init__(self, channels, groups=32, axis=-1, epsilon=1e-3, center=True, scale=True):
+    def __init__(self, channels, groups=32, axis=-1, epsilon=0.001, center=True, scale=True):
         super().__init__()
         self.gamma = torch.nn.Parameter(torch.ones(channels)) if scale else None
         self.beta = torch.nn.Parameter(torch.zeros(channels)) if center else None
@@ -586,13 +586,18 @@ class MultiHeadAttention(torch.nn.Module):
     (heads flattened: weight [h*k, D]), Keras' mask rules, and what a fully masked query row gets
     (uniform attention in Keras' default call; none with dropout or returned scores)."""
 
-    def __init__(self, query_dim, key_input_dim, value_input_dim, num_heads, key_dim, value_dim, output_dim, bias, dropout):
+    def __init__(self, query_dim, num_heads, key_dim, value_dim=None, dropout=0.0, use_bias=True, output_dim=None,
+                 value_input_dim=None, key_input_dim=None):
         super().__init__()
+        value_dim = key_dim if value_dim is None else value_dim  # Keras' defaults, as it resolves them
+        output_dim = query_dim if output_dim is None else output_dim
+        value_input_dim = query_dim if value_input_dim is None else value_input_dim
+        key_input_dim = value_input_dim if key_input_dim is None else key_input_dim  # the key is the value
         self.num_heads, self.key_dim, self.value_dim, self.dropout = num_heads, key_dim, value_dim, dropout
-        self.query = torch.nn.Linear(query_dim, num_heads * key_dim, bias=bias)
-        self.key = torch.nn.Linear(key_input_dim, num_heads * key_dim, bias=bias)
-        self.value = torch.nn.Linear(value_input_dim, num_heads * value_dim, bias=bias)
-        self.output = torch.nn.Linear(num_heads * value_dim, output_dim, bias=bias)
+        self.query = torch.nn.Linear(query_dim, num_heads * key_dim, bias=use_bias)
+        self.key = torch.nn.Linear(key_input_dim, num_heads * key_dim, bias=use_bias)
+        self.value = torch.nn.Linear(value_input_dim, num_heads * value_dim, bias=use_bias)
+        self.output = torch.nn.Linear(num_heads * value_dim, output_dim, bias=use_bias)
 
     def forward(self, query, value, key=None, query_mask=None, value_mask=None, key_mask=None,
                 attention_mask=None, use_causal_mask=False, return_attention_scores=False, attention_axes=None):

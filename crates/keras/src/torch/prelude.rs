@@ -106,6 +106,35 @@ pub fn prelude_for(code: &str) -> String {
     prelude.trim_end().to_string()
 }
 
+/// The defaults a prelude function or class (its `__init__`) gives its parameters, as written
+/// in its signature: `[("strides", "1"), ("padding", "\"valid\""), ...]` for `Conv1D`; none
+/// for a name the prelude does not define.
+pub fn parameter_defaults(function: &str) -> Vec<(&'static str, &'static str)> {
+    let signature = PRELUDE.find(&format!("\ndef {function}(")).or_else(|| {
+        let class = PRELUDE.find(&format!("\nclass {function}("))?;
+        PRELUDE[class..].find("\n    def __init__(").map(|at| class + at)
+    });
+    let Some(at) = signature else { return Vec::new() };
+    let open = at + PRELUDE[at..].find('(').unwrap_or(0) + 1;
+    // The parameters: split at the commas outside brackets, up to the signature's closing one.
+    let (mut depth, mut start, mut parameters) = (0usize, open, Vec::new());
+    for (offset, c) in PRELUDE[open..].char_indices() {
+        match c {
+            '(' | '[' | '{' => depth += 1,
+            ')' | ']' | '}' if depth > 0 => depth -= 1,
+            ',' | ')' if depth == 0 => {
+                parameters.push(PRELUDE[start..open + offset].trim());
+                start = open + offset + 1;
+                if c == ')' {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    parameters.iter().filter_map(|p| p.split_once('=')).map(|(name, default)| (name.trim(), default.trim())).collect()
+}
+
 /// The whole prelude, for tests that read it.
 #[cfg(test)]
 pub fn whole() -> &'static str {
@@ -136,6 +165,21 @@ mod tests {
         ));
         let activations = definitions.iter().find(|d| d.name == "ACTIVATIONS").expect("ACTIVATIONS");
         assert!(activations.text.starts_with("# Keras' activations by name"), "{}", activations.text);
+    }
+
+    #[test]
+    fn defaults_are_read_from_a_function_s_or_a_class_s_signature() {
+        let conv = parameter_defaults("Conv1D");
+        assert_eq!(conv.first(), Some(&("strides", "1")), "{conv:?}");
+        assert!(conv.contains(&("padding", "\"valid\"")) && conv.contains(&("activation", "\"linear\"")), "{conv:?}");
+        assert!(!conv.iter().any(|(name, _)| *name == "in_channels" || *name == "self"), "{conv:?}");
+        assert_eq!(parameter_defaults("dropout"), [("training", "False")]);
+        let layer_norm = parameter_defaults("LayerNormalization");
+        assert!(
+            layer_norm.contains(&("axis", "(-1,)")) && layer_norm.contains(&("epsilon", "0.001")),
+            "{layer_norm:?}"
+        );
+        assert!(parameter_defaults("nn.Linear").is_empty() && parameter_defaults("same_padding").is_empty());
     }
 
     #[test]
