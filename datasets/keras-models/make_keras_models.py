@@ -864,6 +864,25 @@ def zoo_indexing():
                 "steps and negative bounds, ellipsis, new axis), take (list, scalar), broadcast_to")
 
 
+def zoo_shared_values():
+    """Operation nodes that repeat a value, as a flattened graph records Keras' implicit masks:
+    the same comparison twice, casts to the dtype a value has, and a cast that changes it."""
+    rng = fresh(29)
+    ids = keras.Input((6,), dtype="int32", name="ids")
+    x = layers.Embedding(20, 8, name="embed")(ids)
+    keep = ops.not_equal(ids, 0)  # [B, T], bool
+    again = ops.not_equal(ids, 0)  # the same comparison, a node of its own
+    pairs = ops.logical_and(ops.cast(keep, "bool")[:, :, None], ops.cast(again, "bool")[:, None, :])
+    y = layers.MultiHeadAttention(num_heads=2, key_dim=4, name="mha")(x, x, attention_mask=pairs)
+    weights = ops.cast(ops.cast(keep, "int32"), "float32")[:, :, None]  # two casts that change it
+    pooled = ops.sum(y * weights, axis=1) / ops.sum(ops.cast(again, "float32"), axis=1, keepdims=True)
+    model = keras.Model(ids, pooled, name="zoo_shared_values")
+    randomise(model, rng)
+    write_model("zoo_shared_values", model, {"ids": padded_tokens(rng, 3, 6, [2, 0, 4], vocab=20)},
+                "a comparison recorded twice and casts to bool of booleans (computed once in the torch "
+                "module), int and float casts, into an attention mask and a masked mean")
+
+
 def zoo_transpose():
     rng = fresh(20)
     image = keras.Input((5, 4, 3), name="image")
@@ -1362,6 +1381,7 @@ MODELS = [
     zoo_preprocessing,
     zoo_attention_layers,
     zoo_indexing,
+    zoo_shared_values,
     zoo_transpose,
     zoo_recurrent,
     zoo_bidirectional,

@@ -541,13 +541,34 @@ fn convert_writes_a_whole_keras_model_as_a_torch_module_with_its_probe() {
     assert_eq!(weights.tensors.get("ffn_up.weight").unwrap().shape, vec![16, 8]);
     let probe = model::TensorFile::read(&dir.join("classifier.probe.safetensors")).unwrap();
     assert!(probe.tensors.contains("inputs.tokens") && probe.tensors.contains("nodes.self_attention"));
-    // With the real torch where it is installed (CI has none): the module loads strictly and matches Burn.
-    let torch = Command::new("python3").args(["-c", "import torch, safetensors"]).output();
+    // With the real torch where it is installed (CI's is in the wheel's virtual environment,
+    // KERAS2TORCH_VENV): the module loads strictly and matches Burn.
+    let venv_python = std::env::var_os("KERAS2TORCH_VENV").map(|v| PathBuf::from(v).join("bin/python"));
+    let python = venv_python.filter(|p| p.exists()).unwrap_or_else(|| PathBuf::from("python3"));
+    let torch = Command::new(&python).args(["-c", "import torch, safetensors"]).output();
     if torch.is_ok_and(|o| o.status.success()) {
-        let check = Command::new("python3").arg(dir.join("classifier.py")).output().unwrap();
+        let check = Command::new(&python).arg(dir.join("classifier.py")).output().unwrap();
         assert!(check.status.success(), "{}{}", stdout(&check), String::from_utf8_lossy(&check.stderr));
     } else {
         eprintln!("note: no torch here; the generated module was not run");
+    }
+}
+
+#[test]
+fn convert_writes_each_repeated_operation_once() {
+    // A comparison recorded twice and casts to bool of booleans, as flattened graphs record
+    // Keras' implicit masks: one statement each in torch; the casts that change a dtype stay.
+    let dir = scratch("whole-shared");
+    let out = dir.join("shared");
+    let model = format!("{KERAS_MODELS}/zoo_shared_values.keras");
+    let run = xtask(&["convert", &model, "--to", "torch", "--out", out.to_str().unwrap()]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let source = std::fs::read_to_string(dir.join("shared.py")).unwrap();
+    let forward = &source[source.find("    def forward(self, ids)").expect("forward")..];
+    assert_eq!(forward.matches("torch.ne(x0, 0)").count(), 1, "{forward}");
+    assert!(!forward.contains(".to(torch.bool)"), "{forward}");
+    for kept in ["x2[:, :, None]", "x2[:, None, :]", "x2.to(torch.int64)", "x2.to(torch.float32)"] {
+        assert!(forward.contains(kept), "{kept} missing from:\n{forward}");
     }
 }
 

@@ -398,7 +398,7 @@ impl Operation {
     }
 
     /// Whether the torch expression is a sequence of outputs (`unstack`, `split`).
-    fn gives_a_sequence(&self) -> bool {
+    pub fn gives_a_sequence(&self) -> bool {
         matches!(self, Self::Indexing(op) if op.gives_a_sequence())
     }
 

@@ -13,6 +13,7 @@
 
 mod emit;
 mod prelude;
+mod shared;
 
 pub use emit::{
     PyCall, TorchCall, TorchModule, activate, activation_name, fold, literal, py_bool, py_float, py_str, receives_mask,
@@ -22,6 +23,7 @@ pub use emit::{
 use std::collections::{BTreeMap, HashSet};
 
 use prelude::{prelude_for, prelude_names};
+use shared::{reading_shared, repeated_values, shared_port};
 use std::fmt::Write as _;
 
 use crate::executor::KerasModel;
@@ -74,18 +76,25 @@ pub fn torch_export(
     let mut body = String::new();
     let mut constructs = Vec::new();
     let mut hooked: Vec<(String, Vec<String>)> = Vec::new();
+    // Each value computed once: the nodes read a repeated operation's value where it is first
+    // computed (shared.rs), and the repeating nodes write nothing.
+    let same = repeated_values(model, masked);
+    let nodes: Vec<_> = graph.nodes.iter().map(|node| reading_shared(node, &same)).collect();
+    let model_outputs: Vec<_> = graph.outputs.iter().map(|(name, port)| (name, shared_port(*port, &same))).collect();
     // How many outputs of each node are read: by later nodes, or as the model's outputs.
-    let mut outputs_read = vec![1usize; graph.nodes.len()];
-    let read =
-        graph.nodes.iter().flat_map(|n| n.args.iter().chain(n.kwargs.iter().map(|(_, a)| a)).flat_map(Arg::ports));
-    for port in read.chain(graph.outputs.iter().map(|(_, p)| *p)) {
+    let mut outputs_read = vec![1usize; nodes.len()];
+    let read = nodes.iter().flat_map(|n| n.args.iter().chain(n.kwargs.iter().map(|(_, a)| a)).flat_map(Arg::ports));
+    for port in read.chain(model_outputs.iter().map(|(_, p)| *p)) {
         outputs_read[port.node] = outputs_read[port.node].max(port.index + 1);
     }
-    for (index, node) in graph.nodes.iter().enumerate() {
+    for (index, node) in nodes.iter().enumerate() {
+        if same[index].is_some() {
+            continue;
+        }
         let spec = graph.layer_of(node);
         let layer = &model.layers[node.layer];
         let attr = &attrs[node.layer];
-        let masked_calls = graph.nodes.iter().any(|n| n.layer == node.layer && receives_mask(n, masked));
+        let masked_calls = nodes.iter().any(|n| n.layer == node.layer && receives_mask(n, masked));
         if built.insert(node.layer) {
             let before = init.len();
             let mut module = TorchModule { attr, masked_calls, init: &mut init, state: &mut state, traced: true };
@@ -124,7 +133,7 @@ pub fn torch_export(
             let _ = writeln!(body, "        {line}");
         }
     }
-    let returns: Vec<String> = graph.outputs.iter().map(|(_, p)| var(*p)).collect();
+    let returns: Vec<String> = model_outputs.iter().map(|(_, p)| var(*p)).collect();
     let returned = if returns.len() == 1 { returns[0].clone() } else { format!("({})", returns.join(", ")) };
     let input_names: Vec<String> = graph.inputs.iter().map(|i| format!("{:?}", i.name)).collect();
     let input_dtypes: Vec<String> = graph
