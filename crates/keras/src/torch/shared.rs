@@ -20,11 +20,9 @@ pub fn repeated_values(model: &KerasModel, masked: &[bool]) -> Vec<Option<Port>>
     let graph = &model.graph;
     let unmasked = |node: usize| !masked.get(node).copied().unwrap_or(false);
     let mut same: Vec<Option<Port>> = vec![None; graph.nodes.len()];
-    // The dtype of each node's output where the writer knows it (what torch computes it as).
+    // The dtype of each operation's output where the writer knows it (what torch computes it
+    // as). A model input's is the caller's, which a cast may change: unknown.
     let mut dtypes: Vec<Option<DType>> = vec![None; graph.nodes.len()];
-    for input in &graph.inputs {
-        dtypes[input.node] = DType::parse(&input.dtype);
-    }
     let mut first_of: HashMap<String, usize> = HashMap::new();
     for (index, node) in graph.nodes.iter().enumerate() {
         let Layer::Operation(operation) = &model.layers[node.layer] else { continue };
