@@ -54,6 +54,38 @@ impl KerasLayer for OperationNode {
     }
 }
 
+/// `keras.ops.sum(x, axis=1)` and the other reductions as torch writes them (`torch.sum(x,
+/// dim=1)`), or the prelude's `reduce` where torch has no one call for it (every axis kept,
+/// a product over several axes).
+fn reduction(kind: Reduce, x: &str, axes: Option<&[i64]>, keepdims: bool) -> String {
+    let (function, name) = match kind {
+        Reduce::Sum => ("torch.sum", "sum"),
+        Reduce::Mean => ("torch.mean", "mean"),
+        Reduce::Max => ("torch.amax", "max"),
+        Reduce::Min => ("torch.amin", "min"),
+        Reduce::Prod => ("torch.prod", "prod"),
+        Reduce::Any => ("torch.any", "any"),
+        Reduce::All => ("torch.all", "all"),
+    };
+    let torch_call = match axes {
+        None if !keepdims && !matches!(kind, Reduce::Max | Reduce::Min) => Some(PyCall::new(function).arg(x)),
+        Some([axis]) => Some(PyCall::new(function).arg(x).kw("dim", axis)),
+        Some(axes) if !axes.is_empty() && kind != Reduce::Prod => {
+            Some(PyCall::new(function).arg(x).kw("dim", tuple(axes)))
+        }
+        _ => None,
+    };
+    match torch_call {
+        Some(call) => call.kw_if(keepdims, "keepdim", "True").to_string(),
+        None => PyCall::new("reduce")
+            .arg(x)
+            .kw("kind", py_str(name))
+            .kw_if(axes.is_some(), "axis", format!("{:?}", axes.unwrap_or_default()))
+            .kw("keepdims", py_bool(keepdims))
+            .to_string(),
+    }
+}
+
 /// An optional `dtype` argument (`None`: the input's).
 fn take_dtype(args: &mut LayerArgs) -> Result<Option<DType>> {
     match args.take("dtype") {
@@ -500,23 +532,7 @@ impl Operation {
             },
             Self::Squeeze { axes: None } => format!("{}.squeeze()", tensor(0)?),
             Self::Squeeze { axes: Some(axes) } => format!("{}.squeeze({})", tensor(0)?, tuple(axes)),
-            Self::Reduce { kind, axes, keepdims } => PyCall::new("reduce")
-                .arg(tensor(0)?)
-                .kw(
-                    "kind",
-                    py_str(match kind {
-                        Reduce::Sum => "sum",
-                        Reduce::Mean => "mean",
-                        Reduce::Max => "max",
-                        Reduce::Min => "min",
-                        Reduce::Prod => "prod",
-                        Reduce::Any => "any",
-                        Reduce::All => "all",
-                    }),
-                )
-                .kw_if(axes.is_some(), "axis", format!("{:?}", axes.as_deref().unwrap_or_default()))
-                .kw("keepdims", py_bool(*keepdims))
-                .to_string(),
+            Self::Reduce { kind, axes, keepdims } => reduction(*kind, &tensor(0)?, axes.as_deref(), *keepdims),
         })
     }
 }
@@ -562,4 +578,21 @@ fn extract_patches(
     }
     let patches = DynTensor::concat(parts, 3)?; // [B, H', W', ph pw C]
     if channels_last { Ok(patches) } else { patches.permute(&[0, 3, 1, 2]) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reductions_are_torch_s_own_where_one_call_computes_them() {
+        assert_eq!(reduction(Reduce::Sum, "x", Some(&[1]), false), "torch.sum(x, dim=1)");
+        assert_eq!(reduction(Reduce::Mean, "x", Some(&[1, 2]), true), "torch.mean(x, dim=(1, 2), keepdim=True)");
+        assert_eq!(reduction(Reduce::Max, "x", Some(&[-1]), false), "torch.amax(x, dim=-1)");
+        assert_eq!(reduction(Reduce::All, "x", None, false), "torch.all(x)");
+        // Where torch has no single call: a product over two axes, every axis kept.
+        assert_eq!(reduction(Reduce::Prod, "x", Some(&[0, 1]), false), r#"reduce(x, kind="prod", axis=[0, 1])"#);
+        assert_eq!(reduction(Reduce::Sum, "x", None, true), r#"reduce(x, kind="sum", keepdims=True)"#);
+        assert_eq!(reduction(Reduce::Min, "x", None, false), r#"reduce(x, kind="min")"#);
+    }
 }
