@@ -555,7 +555,7 @@ fn convert_writes_a_whole_keras_model_as_a_torch_module_with_its_probe() {
 }
 
 #[test]
-fn convert_writes_each_repeated_operation_once() {
+fn convert_writes_each_repeated_operation_once_and_an_identity_as_its_input() {
     // A comparison recorded twice and casts to bool of booleans, as flattened graphs record
     // Keras' implicit masks: one statement each in torch; the casts that change a dtype stay.
     let dir = scratch("whole-shared");
@@ -570,6 +570,13 @@ fn convert_writes_each_repeated_operation_once() {
     for kept in ["x2[:, :, None]", "x2[:, None, :]", "x2.to(torch.int64)", "x2.to(torch.float32)"] {
         assert!(forward.contains(kept), "{kept} missing from:\n{forward}");
     }
+    // An Identity layer (the model's last output here) is its input: no `x26 = x0`.
+    let model = format!("{KERAS_MODELS}/zoo_activations.keras");
+    let out = dir.join("activations");
+    let run = xtask(&["convert", &model, "--to", "torch", "--out", out.to_str().unwrap()]);
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let source = std::fs::read_to_string(dir.join("activations.py")).unwrap();
+    assert!(source.contains(", x25, x0)\n") && !source.contains("x26 = "), "{source}");
 }
 
 #[test]

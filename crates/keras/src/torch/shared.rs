@@ -4,8 +4,10 @@
 //! bool three times on its way to the attention mask. The torch module computes each value once:
 //! an operation node that repeats an earlier one (the same operation on the same operands) and a
 //! cast to the dtype its operand already has are read as that earlier value and write no
-//! statement. Operations are deterministic (`ops` has no random one) and drop Keras masks, and a
-//! value is shared only where neither side carries a mask, so every reader sees what it saw.
+//! statement; so is an `Identity` layer's output (the flattener's, which keeps a custom layer's
+//! name on the model's output), its input. Operations are deterministic (`ops` has no random
+//! one) and drop Keras masks; a value is shared only where its reader sees the same mask (none,
+//! for operations), so every reader sees what it saw.
 
 use std::collections::HashMap;
 
@@ -25,6 +27,16 @@ pub fn repeated_values(model: &KerasModel, masked: &[bool]) -> Vec<Option<Port>>
     let mut dtypes: Vec<Option<DType>> = vec![None; graph.nodes.len()];
     let mut first_of: HashMap<String, usize> = HashMap::new();
     for (index, node) in graph.nodes.iter().enumerate() {
+        // An Identity layer (the flattener's, keeping a custom layer's name on its output) is its
+        // input, mask included.
+        if let (Layer::Identity(_), [Arg::Tensor(port)]) = (&model.layers[node.layer], node.args.as_slice()) {
+            let port = shared_port(*port, &same);
+            let carries_a_mask = port.index == 0 && !unmasked(port.node);
+            if node.kwargs.is_empty() && unmasked(index) != carries_a_mask {
+                same[index] = Some(port);
+            }
+            continue;
+        }
         let Layer::Operation(operation) = &model.layers[node.layer] else { continue };
         let op = &operation.op;
         if op.gives_a_sequence() || !unmasked(index) {
