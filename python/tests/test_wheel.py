@@ -94,6 +94,18 @@ def test_a_model_object_with_custom_layers_converts_and_is_checked_against_keras
     assert module.keras2torch_difference <= TOLERANCE
 
 
+def test_the_written_module_keeps_freed_memory_where_the_c_library_is_glibc(tmp_path):
+    # keep_memory=False: convert leaves malloc alone; the module's own function is what load() calls.
+    module = keras2torch.convert(os.path.join(MODELS, "small.keras"), out=tmp_path / "small", verbose=False,
+                                 keep_memory=False)
+    converted = sys.modules[type(module).__module__]
+    try:
+        glibc = os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc")
+    except (AttributeError, OSError, ValueError):
+        glibc = False
+    assert converted.keep_freed_memory() is glibc
+
+
 def test_a_layer_that_cannot_be_traced_is_refused_by_name():
     model = load_example("untraceable")
     with pytest.raises(keras2torch.ConversionError, match=r"branch_on_value \(BranchOnValue\)"):

@@ -24,8 +24,10 @@ def keep_freed_memory():
         mallopt = ctypes.CDLL(None).mallopt
     except (AttributeError, OSError, ValueError):
         return False
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # <malloc.h>
-    return bool(mallopt(M_MMAP_THRESHOLD, 1 << 30) and mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -3, -4  # <malloc.h>
+    # A glibc that caps the threshold at 32 MiB refuses 1 GiB: no block is mmapped there instead.
+    kept = mallopt(M_MMAP_THRESHOLD, 1 << 30) or mallopt(M_MMAP_MAX, 0)
+    return bool(kept and mallopt(M_TRIM_THRESHOLD, 2**31 - 1))
 
 
 # ---------------------------------------------------------------------------------------------
