@@ -51,8 +51,9 @@ reports/bench/bench.json, reports/bench/scaling.md and scaling.png.
 
 --models measures whole models instead (xtask/python/bench_models.py): an LSTM, keras.io's
 time-series Transformer at its own sizes and a causal forecaster of the question's layer, each
-run in Burn from its .keras file, as the torch module `convert` writes (with glibc's allocator
-and with freed memory kept) and in Keras, in turns on the same threads (reports/bench/models.json).";
+run in Burn from its .keras file, as the torch module `convert` writes (as its load() returns it,
+keeping freed memory, and with glibc's default malloc) and in Keras, in turns on the same threads
+(reports/bench/models.json).";
 
 #[derive(clap::Args)]
 pub struct Args {
