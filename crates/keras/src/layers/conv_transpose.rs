@@ -139,7 +139,7 @@ impl KerasLayer for ConvTranspose {
             PyCall::new("ConvTranspose")
                 .kw("in_channels", inputs)
                 .kw("filters", filters)
-                .kw("kernel_size", format!("[{kh}, {kw}]"))
+                .kw("kernel_size", tuple(&[kh, kw]))
                 .kw("strides", tuple(&self.stride))
                 .kw("dilation_rate", tuple(&self.dilation))
                 .kw("use_bias", py_bool(self.bias.is_some()))
