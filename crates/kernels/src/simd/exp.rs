@@ -14,6 +14,16 @@
 //! less with AVX-512 on an Intel Xeon. Arguments below [`UNDERFLOW`] (and `-inf`) return
 //! `exp(UNDERFLOW)` here, about 1.2e-38, and 0 with AVX-512, where the true value is a denormal
 //! or 0: nothing a softmax row can tell apart.
+//!
+//! AVX2's `exp` (`x86.rs`) reduces to eighths instead: `2^t = 2^e 2^(j/8) 2^(g/8)` with `8t`
+//! rounded to `n = 8e + j` and `|g| <= 1/2`, `2^(j/8)` looked up in a register ([`EIGHTHS`],
+//! one `vpermps`, which runs on the shuffle port) and a cubic for `2^(g/8)`
+//! ([`POW2_ON_EIGHTHS`]), with no integer add of its own (the table's bits absorb it): 11
+//! instructions per 8 lanes, 9 of them on the two ports that AVX2's float work shares on Intel
+//! cores, where the sextic takes 13 and 12. The kernel's forward pass at the seed's shape took
+//! 10% less with AVX2 on an Intel Xeon (one thread, 2.33 to 2.10 ms). Its error stays within the
+//! same test's bound: at most 6.9e-8 absolute (6.6e-8 for the sextic), under 1.3 ulp above
+//! `x = -4`.
 
 /// Below this, `exp(x) < f32::MIN_POSITIVE`; arguments are clamped to it.
 pub const UNDERFLOW: f32 = -87.336_54;
@@ -27,9 +37,15 @@ pub(crate) const POW2_ON_HALVES: [f32; 6] =
 /// reduces with `vreduceps` to `f = t - floor(t)` (largest relative error 2.0e-9).
 pub(crate) const POW2_ON_UNIT: [f32; 6] =
     [2.161_292e-4, 1.246_784_6e-3, 9.675_452e-3, 5.548_528_2e-2, 2.402_293_1e-1, 6.931_470_6e-1];
+/// `Q` of `2^(g/8) = 1 + g Q(g)` on `|g| <= 1/2`, highest degree first, for AVX2's `exp`, which
+/// takes `2^(j/8)` from [`EIGHTHS`] (largest relative error 2.5e-8 in exact arithmetic).
+pub(crate) const POW2_ON_EIGHTHS: [f32; 3] = [1.083_910_6e-4, 3.754_025_6e-3, 8.664_340_5e-2];
+/// `2^(j/8)` for `j` in `0..8`, rounded to float32.
+pub(crate) const EIGHTHS: [f32; 8] =
+    [1.0, 1.090_507_7, 1.189_207_1, 1.296_839_6, std::f32::consts::SQRT_2, 1.542_210_8, 1.681_792_8, 1.834_008_1];
 /// Adding 1.5 * 2^23 to a float of magnitude < 2^22 rounds it to the nearest integer `n`, held in
 /// the low mantissa bits: the sum's bit pattern is `ROUND_MAGIC.to_bits() + n`.
-const ROUND_MAGIC: f32 = 12_582_912.0;
+pub(crate) const ROUND_MAGIC: f32 = 12_582_912.0;
 
 use super::Vector;
 
@@ -86,6 +102,13 @@ mod tests {
     }
 
     #[test]
+    fn the_eighths_are_the_rounded_powers() {
+        for (j, &x) in EIGHTHS.iter().enumerate() {
+            assert_eq!(x, 2f64.powf(j as f64 / 8.0) as f32, "2^({j}/8)");
+        }
+    }
+
+    #[test]
     fn matches_libm_on_every_instruction_set() {
         let (ulps, absolute) = check("portable", |x| {
             let mut out = [0.0; 16];
@@ -97,7 +120,7 @@ mod tests {
         {
             use crate::simd::{Avx2, Avx512};
             use std::arch::is_x86_feature_detected as has;
-            // The generic exp with fused multiply-adds, and AVX-512's own.
+            // AVX2's exp and AVX-512's, each its instruction set's own.
             #[target_feature(enable = "avx2,fma")]
             unsafe fn avx2(x: &Lanes) -> Lanes {
                 let mut out = [0.0; 16];
@@ -112,7 +135,8 @@ mod tests {
             }
             // SAFETY (both): the CPU has the features, checked first.
             if has!("avx2") && has!("fma") {
-                check("avx2", |x| unsafe { avx2(x) });
+                let (ulps, absolute) = check("avx2", |x| unsafe { avx2(x) });
+                eprintln!("avx2 exp: worst {ulps:.1} ulp, {absolute:.1e} absolute");
             }
             if has!("avx512f") && has!("avx512dq") && has!("avx2") && has!("fma") {
                 let (ulps, absolute) = check("avx512", |x| unsafe { avx512(x) });

@@ -215,6 +215,44 @@ impl Vector for Avx2 {
         }
         out
     }
+    /// `exp(x) = 2^t` with `8t` rounded to `n = 8e + j` (by adding `1.5 * 2^23`, which leaves
+    /// `n` in the sum's low mantissa bits) and `g = 8t - n`: `2^(g/8)` from a cubic, times
+    /// `2^(j/8)` from a register indexed by the low 3 bits of `n`, whose entries hold their bits
+    /// minus `j << 20` so that adding `n << 20` sets the exponent `e` in the same integer add
+    /// (`super::exp` gives the error).
+    #[inline(always)]
+    fn exp_nonpositive(self) -> Self {
+        use super::exp::{EIGHTHS, LOG2_E, POW2_ON_EIGHTHS, ROUND_MAGIC, UNDERFLOW};
+        const TABLE: [i32; 8] = {
+            let mut table = [0; 8];
+            let mut j = 0;
+            while j < 8 {
+                table[j] = EIGHTHS[j].to_bits() as i32 - ((j as i32) << 20);
+                j += 1;
+            }
+            table
+        };
+        let [c3, c2, c1] = POW2_ON_EIGHTHS;
+        unsafe {
+            let table = _mm256_loadu_si256(TABLE.as_ptr().cast());
+            let mut out = self.0;
+            for half in out.iter_mut() {
+                let clamped = _mm256_max_ps(*half, _mm256_set1_ps(UNDERFLOW));
+                let eight_log2_e = _mm256_set1_ps(8.0 * LOG2_E);
+                let rounded = _mm256_fmadd_ps(clamped, eight_log2_e, _mm256_set1_ps(ROUND_MAGIC));
+                let minus_n = _mm256_sub_ps(_mm256_set1_ps(ROUND_MAGIC), rounded);
+                let g = _mm256_fmadd_ps(clamped, eight_log2_e, minus_n); // 8t - n, |g| <= 1/2
+                let q =
+                    _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(c3), g, _mm256_set1_ps(c2)), g, _mm256_set1_ps(c1));
+                let n = _mm256_castps_si256(rounded); // low mantissa bits: n
+                let scale = _mm256_add_epi32(_mm256_permutevar8x32_epi32(table, n), _mm256_slli_epi32::<20>(n));
+                let scale = _mm256_castsi256_ps(scale); // 2^e 2^(j/8)
+                // scale (1 + g Q(g)): the small term added to the exact scale, no constant 1.
+                *half = _mm256_fmadd_ps(_mm256_mul_ps(q, g), scale, scale);
+            }
+            Avx2(out)
+        }
+    }
     #[inline(always)]
     fn pow2_of_rounded(self, magic: f32) -> Self {
         unsafe {
