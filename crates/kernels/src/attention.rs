@@ -1045,25 +1045,20 @@ fn key_value_tile<V: Vector, const NR: usize, const NP: usize, const T: usize>(
         dots::<V, NR, NP, T>(job.value_t, &job.grad_rows[start * wv..], wv, &mut grads); // dp_j
         for t in 0..T {
             let mask = &job.mask[t];
-            let masked = !mask.all_allowed(start, n);
+            // The rows past T (the last block of rows' padding) attend nothing: their p and ds
+            // are 0, so that the real rows of the step can take the unmasked path.
+            let real = mask.real_rows(start, n);
+            let (probs, padding) = probs[t].split_at_mut(real);
+            let (grads, grad_padding) = grads[t].split_at_mut(real);
+            padding.iter_mut().chain(grad_padding).for_each(|x| *x = [0.0; LANES]);
+            let masked = !mask.all_allowed(start, real);
             let dropout = mask.keep_bits(start, keep[t]);
-            let scale = V::splat(mask.dropout_scale());
-            for (r, (p, g)) in probs[t].iter_mut().zip(grads[t].iter_mut()).enumerate() {
-                let row = start + r;
-                let (max, inv) = (V::splat(job.row_max[row]), V::splat(job.inv_row_sum[row]));
-                let dot = V::splat(job.row_dot[row]);
-                let mut prob = V::load(p).sub(max).exp_nonpositive().mul(inv);
-                if masked {
-                    prob = prob.keep(mask.bits(row));
-                }
-                let (mut dp, mut kept) = (V::load(g), prob);
-                if dropout {
-                    // dv takes the dropped probabilities, and dp of a dropped entry is 0.
-                    dp = dp.keep(keep[t][r]).mul(scale);
-                    kept = prob.keep(keep[t][r]).mul(scale);
-                }
-                prob.mul(dp.sub(dot)).store(g); // ds_j
-                kept.store(p);
+            let rows = StepRows { start, row_max: job.row_max, inv_row_sum: job.inv_row_sum, row_dot: job.row_dot };
+            match (masked, dropout) {
+                (false, false) => probability_grads::<V, false, false>(rows, mask, probs, grads, keep[t]),
+                (true, false) => probability_grads::<V, true, false>(rows, mask, probs, grads, keep[t]),
+                (false, true) => probability_grads::<V, false, true>(rows, mask, probs, grads, keep[t]),
+                (true, true) => probability_grads::<V, true, true>(rows, mask, probs, grads, keep[t]),
             }
         }
         let split = scratch.split_sums;
@@ -1092,6 +1087,48 @@ fn key_value_tile<V: Vector, const NR: usize, const NP: usize, const T: usize>(
         }
         store_rows(key_acc[t], job.key_dim, job.key_grad[t]);
         store_rows(value_acc[t], job.value_dim, job.value_grad[t]);
+    }
+}
+
+/// The row statistics of one step of a key tile's walk, from row `start` on.
+#[derive(Clone, Copy)]
+struct StepRows<'a> {
+    start: usize,
+    /// `[T']` each: `m_t`, `1 / l_t` and `D_t`.
+    row_max: &'a [f32],
+    inv_row_sum: &'a [f32],
+    row_dot: &'a [f32],
+}
+
+/// One step of rows against a block of 16 keys: from the scores `probs[r] = s` and `grads[r] =
+/// dp`, `ds = p (dp - D)` into `grads` and the kept probabilities (after dropout, which `dv`
+/// takes) into `probs`. The flags are constants so that the loop holds no branch, as in
+/// [`exponentials`].
+#[inline(always)]
+fn probability_grads<V: Vector, const MASKED: bool, const DROPOUT: bool>(
+    rows: StepRows,
+    mask: &KeyBlock,
+    probs: &mut [Lanes],
+    grads: &mut [Lanes],
+    keep: &[u16],
+) {
+    let scale = V::splat(mask.dropout_scale());
+    for (r, ((p, g), &keep)) in probs.iter_mut().zip(grads).zip(keep).enumerate() {
+        let row = rows.start + r;
+        let (max, inv) = (V::splat(rows.row_max[row]), V::splat(rows.inv_row_sum[row]));
+        let dot = V::splat(rows.row_dot[row]);
+        let mut prob = V::load(p).sub(max).exp_nonpositive().mul(inv);
+        if MASKED {
+            prob = prob.keep(mask.bits(row));
+        }
+        let (mut dp, mut kept) = (V::load(g), prob);
+        if DROPOUT {
+            // dv takes the dropped probabilities, and dp of a dropped entry is 0.
+            dp = dp.keep(keep).mul(scale);
+            kept = prob.keep(keep).mul(scale);
+        }
+        prob.mul(dp.sub(dot)).store(g); // ds_j
+        kept.store(p);
     }
 }
 

@@ -302,6 +302,12 @@ impl KeyBlock<'_> {
         bits
     }
 
+    /// How many of the rows `t .. t + n` are real (`< T`): the rest pad the last block of rows.
+    #[inline(always)]
+    pub fn real_rows(&self, t: usize, n: usize) -> usize {
+        n.min(self.query_len.saturating_sub(t))
+    }
+
     /// Whether row `t .. t + n` may attend every key of the block.
     #[inline(always)]
     pub fn all_allowed(&self, t: usize, n: usize) -> bool {
