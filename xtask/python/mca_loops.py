@@ -81,8 +81,10 @@ def kind(loop):
     """What a loop computes, from its instructions; None for loops that do no float work."""
     fmas = [i for i in loop if i.startswith("vfmadd")]
     # The softmax's exponentials: AVX-512 scales by 2^floor(t) with vscalefps, the generic exp
-    # builds 2^n in the exponent bits (a shift by 23).
-    if len(fmas) >= 6 and any(i.startswith("vscalefps") or re.match(r"vpslld\s+\$23", i) for i in loop):
+    # builds 2^n in the exponent bits (a shift by 23), AVX2's takes 2^(j/8) from a register
+    # (vpermps) and adds n << 20.
+    scales = ("vscalefps", "vpermps")
+    if len(fmas) >= 4 and any(i.startswith(scales) or re.match(r"vpslld\s+\$(23|20)", i) for i in loop):
         return "exponentials"
     broadcasts = [i for i in loop if "{1to16}" in i or i.startswith("vbroadcastss")]
     if len(fmas) < 4 or not broadcasts:
@@ -122,15 +124,17 @@ def main():
     for (isa, function, tiles), body in sorted(functions(asm).items(), key=lambda item: (item[0][0] != "avx512", item[0])):
         # Of each kind of loop, the one with the most multiply-adds: the full group of rows or
         # features (the others are the remainders of a length that is no multiple of it).
+        # Of the exponentials' loops (with and without mask or dropout, the same multiply-adds),
+        # the shortest: the one without mask or dropout.
         widest = {}
         for loop in loops(body):
             what = kind(loop)
-            fmas = sum(i.startswith("vfmadd") for i in loop)
-            if what is not None and fmas > widest.get(what, (0, None))[0]:
-                widest[what] = (fmas, loop)
+            rank = (sum(i.startswith("vfmadd") for i in loop), -len(loop) if what == "exponentials" else 0)
+            if what is not None and rank > widest.get(what, ((0, 0), None))[0]:
+                widest[what] = (rank, loop)
         for what in ["dot products", "exponentials", "weighted sum"]:
             if what in widest:
-                fmas, loop = widest[what]
+                (fmas, _), loop = widest[what]
                 rows.append((isa, function, tiles, what, fmas, len(loop), [mca(loop, m) for m in mcpus]))
     head = "| isa | function | tiles | loop | FMAs | instructions | " + " | ".join(
         f"{m}: cycles, FMA/cycle, busiest" for m in mcpus) + " |"
