@@ -20,7 +20,7 @@ use crate::value::DType;
 /// For each node, the earlier value its output repeats (`None`: a value of its own).
 pub fn repeated_values(model: &KerasModel, masked: &[bool]) -> Vec<Option<Port>> {
     let graph = &model.graph;
-    let unmasked = |node: usize| !masked.get(node).copied().unwrap_or(false);
+    let masked_at = |node: usize| masked.get(node).copied().unwrap_or(false);
     let mut same: Vec<Option<Port>> = vec![None; graph.nodes.len()];
     // The dtype of each operation's output where the writer knows it (what torch computes it
     // as). A model input's is the caller's, which a cast may change: unknown.
@@ -28,18 +28,18 @@ pub fn repeated_values(model: &KerasModel, masked: &[bool]) -> Vec<Option<Port>>
     let mut first_of: HashMap<String, usize> = HashMap::new();
     for (index, node) in graph.nodes.iter().enumerate() {
         // An Identity layer (the flattener's, keeping a custom layer's name on its output) is its
-        // input, mask included.
+        // input where both carry a mask or neither does.
         if let (Layer::Identity(_), [Arg::Tensor(port)]) = (&model.layers[node.layer], node.args.as_slice()) {
             let port = shared_port(*port, &same);
-            let carries_a_mask = port.index == 0 && !unmasked(port.node);
-            if node.kwargs.is_empty() && unmasked(index) != carries_a_mask {
+            let carries_a_mask = port.index == 0 && masked_at(port.node);
+            if node.kwargs.is_empty() && masked_at(index) == carries_a_mask {
                 same[index] = Some(port);
             }
             continue;
         }
         let Layer::Operation(operation) = &model.layers[node.layer] else { continue };
         let op = &operation.op;
-        if op.gives_a_sequence() || !unmasked(index) {
+        if op.gives_a_sequence() || masked_at(index) {
             continue;
         }
         let node = reading_shared(node, &same);
@@ -60,7 +60,7 @@ pub fn repeated_values(model: &KerasModel, masked: &[bool]) -> Vec<Option<Port>>
             _ => None,
         };
         // A cast to the dtype its operand has is the operand.
-        if let Some(operand) = operand.filter(|port| unmasked(port.node)) {
+        if let Some(operand) = operand.filter(|port| !masked_at(port.node)) {
             let identity = match op {
                 Operation::Cast(to) | Operation::ConvertToTensor(Some(to)) => operand_dtype == Some(*to),
                 Operation::ConvertToTensor(None) => true,
