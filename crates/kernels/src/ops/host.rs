@@ -87,19 +87,24 @@ pub trait HostBoolBackend: Backend {
     fn host_bools(tensor: BoolTensor<Self>) -> Vec<bool>;
 }
 
+/// Whether booleans of `dtype` are stored one byte each (0 or 1).
+fn one_byte(dtype: DType) -> bool {
+    matches!(dtype, DType::Bool(BoolStore::Native | BoolStore::U8))
+}
+
+/// One `bool` per byte: read the bytes, not through a boxed iterator.
+fn from_bytes(bytes: &[u8]) -> Vec<bool> {
+    bytes.iter().map(|&b| b != 0).collect()
+}
+
 fn bools_of(data: TensorData) -> Vec<bool> {
-    match data.dtype() {
-        // One byte per element: read the bytes, not through a boxed iterator.
-        DType::Bool(BoolStore::Native | BoolStore::U8) => data.as_bytes().iter().map(|&b| b != 0).collect(),
-        _ => data.iter::<bool>().collect(),
-    }
+    if one_byte(data.dtype()) { from_bytes(data.as_bytes()) } else { data.iter::<bool>().collect() }
 }
 
 impl HostBoolBackend for Flex {
     fn host_bools(tensor: FlexTensor) -> Vec<bool> {
-        let one_byte = matches!(tensor.dtype(), DType::Bool(BoolStore::Native | BoolStore::U8));
         match tensor.layout().contiguous_offsets() {
-            Some((start, end)) if one_byte => tensor.bytes()[start..end].iter().map(|&b| b != 0).collect(),
+            Some((start, end)) if one_byte(tensor.dtype()) => from_bytes(&tensor.bytes()[start..end]),
             _ => bools_of(tensor.into_data()),
         }
     }
