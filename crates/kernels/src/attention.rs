@@ -29,13 +29,14 @@
 //! pair, walked one at a time or two together ([`Tiles`], measured per class of calls), and run
 //! on rayon's pool; tiles the mask blocks entirely are skipped (half of a causal
 //! call). Tensors come and go in the projections' own layout, `[B, L, h, d]` (heads last), so no
-//! transpose is materialised around the kernel. The kernels are compiled for AVX-512, AVX2 + FMA
+//! transpose is materialised around the kernel; self-attention's query, key and value may also
+//! come side by side in the rows of one packed projection ([`forward_packed`], [`Layout`]). The kernels are compiled for AVX-512, AVX2 + FMA
 //! and the baseline, and the best one the CPU has is picked at run time.
 
 use rayon::prelude::*;
 
 use crate::buffer::Buffer;
-use crate::dims::{Dims, FullyMaskedRows};
+use crate::dims::{Dims, FullyMaskedRows, Layout};
 use crate::mask::{FULL, KeyBlock, Mask, RowBlock};
 use crate::on_pool;
 use crate::profile::Phase;
@@ -169,13 +170,38 @@ pub struct Gradients {
 /// `[B, S, h, dk]`, `value`: `[B, S, h, dv]`. Returns the output `[B, T, h, dv]` and what the
 /// backward pass needs.
 pub fn forward(query: &[f32], key: &[f32], value: &[f32], dims: Dims, scale: f32, mask: Mask) -> (Vec<f32>, Forward) {
+    let operands = [(query, dims.key_dim), (key, dims.key_dim), (value, dims.value_dim)];
+    forward_operands(
+        operands.map(|(values, width)| Operand { values, layout: Layout::heads_last(&dims, width) }),
+        dims,
+        scale,
+        mask,
+    )
+}
+
+/// [`forward`] of self-attention (`S = T`) whose query, key and value are the parts of one
+/// packed projection `[B, T, h·(dk + dk + dv)]` ([`Layout::packed`]), read in place.
+pub fn forward_packed(qkv: &[f32], dims: Dims, scale: f32, mask: Mask) -> (Vec<f32>, Forward) {
+    assert_eq!(dims.query_len, dims.source_len, "a packed projection is self-attention");
+    assert_eq!(qkv.len(), dims.batch * dims.query_len * Layout::packed_width(&dims), "packed projection length");
+    forward_operands(Layout::packed(&dims).map(|layout| Operand { values: qkv, layout }), dims, scale, mask)
+}
+
+fn forward_operands(operands: [Operand; 3], dims: Dims, scale: f32, mask: Mask) -> (Vec<f32>, Forward) {
     let isa = Isa::best();
     let (output, saved, _) = on_pool(Phase::AttentionForward, || {
         tuning::with_tiles(Pass::Forward, isa, dims, mask.causal, |tiles| {
-            forward_with(isa, tiles, query, key, value, dims, scale, mask, false)
+            forward_with(isa, tiles, operands, dims, scale, mask, false)
         })
     });
     (output, saved)
+}
+
+/// One input of a call, `[B, len, h, w]` as `layout` places it in `values`.
+#[derive(Clone, Copy)]
+struct Operand<'a> {
+    values: &'a [f32],
+    layout: Layout,
 }
 
 /// [`forward`] that also returns the probabilities `[B, h, T, S]` (before dropout): each tile
@@ -189,21 +215,20 @@ pub fn forward_with_probs(
     mask: Mask,
 ) -> (Vec<f32>, Vec<f32>) {
     let isa = Isa::best();
+    let operands = [(query, dims.key_dim), (key, dims.key_dim), (value, dims.value_dim)];
+    let operands = operands.map(|(values, width)| Operand { values, layout: Layout::heads_last(&dims, width) });
     let (output, _, probs) = on_pool(Phase::AttentionForward, || {
         tuning::with_tiles(Pass::ForwardWithProbs, isa, dims, mask.causal, |tiles| {
-            forward_with(isa, tiles, query, key, value, dims, scale, mask, true)
+            forward_with(isa, tiles, operands, dims, scale, mask, true)
         })
     });
     (output, probs.expect("asked for"))
 }
 
-#[allow(clippy::too_many_arguments)]
 fn forward_with(
     isa: Isa,
     tiles: Tiles,
-    query: &[f32],
-    key: &[f32],
-    value: &[f32],
+    [query, key, value]: [Operand; 3],
     dims: Dims,
     scale: f32,
     mask: Mask,
@@ -211,9 +236,14 @@ fn forward_with(
 ) -> (Vec<f32>, Forward, Option<Vec<f32>>) {
     let Dims { query_len, source_len, key_dim, value_dim, .. } = dims;
     let pairs = dims.pairs();
-    assert_eq!(query.len(), pairs * query_len * key_dim, "query length");
-    assert_eq!(key.len(), pairs * source_len * key_dim, "key length");
-    assert_eq!(value.len(), pairs * source_len * value_dim, "value length");
+    for (name, operand, len, width) in [
+        ("query", query, query_len, key_dim),
+        ("key", key, source_len, key_dim),
+        ("value", value, source_len, value_dim),
+    ] {
+        let span = operand.layout.span(&dims, len, width);
+        assert!(operand.values.len() >= span, "{name} length {} below its span {span}", operand.values.len());
+    }
     let (wk, wv, row_blocks) = (dims.key_width(), dims.value_width(), dims.row_blocks());
     let (padded_t, padded_s) = (dims.padded_query_len(), dims.padded_source_len());
 
@@ -288,19 +318,57 @@ fn forward_with(
 /// The gradients of `Σ output · output_grad` with respect to the forward pass's query, key and
 /// value. `output_grad`: `[B, T, h, dv]`.
 pub fn backward(saved: &Forward, output_grad: &[f32]) -> Gradients {
+    backward_as(saved, output_grad, |padded| Gradients::heads_last(padded, saved.dims))
+}
+
+/// [`backward`] of [`forward_packed`]: the gradients of the query, key and value side by side in
+/// one packed `[B, T, h·(dk + dk + dv)]`, as the projection that made them takes them.
+pub fn backward_packed(saved: &Forward, output_grad: &[f32]) -> Vec<f32> {
+    backward_as(saved, output_grad, |padded| packed_grads(padded, saved.dims))
+}
+
+impl Gradients {
+    /// `[B, L, h, d]` each from the padded gradients by pair ([`backward_with`]).
+    fn heads_last([query, key, value]: [Buffer<f32>; 3], dims: Dims) -> Self {
+        let Dims { query_len, source_len, key_dim, value_dim, .. } = dims;
+        Self {
+            query: heads_last(&query, dims, query_len, dims.padded_query_len(), dims.key_width(), key_dim),
+            key: heads_last(&key, dims, source_len, dims.padded_source_len(), key_dim, key_dim),
+            value: heads_last(&value, dims, source_len, dims.padded_source_len(), value_dim, value_dim),
+        }
+    }
+}
+
+/// The padded gradients by pair ([`backward_with`]) in one packed `[B, T, h·(dk + dk + dv)]`.
+fn packed_grads([query, key, value]: [Buffer<f32>; 3], dims: Dims) -> Vec<f32> {
+    let Dims { query_len, key_dim, value_dim, .. } = dims;
+    let [query_at, key_at, value_at] = Layout::packed(&dims);
+    let mut packed = vec![0.0; dims.batch * query_len * Layout::packed_width(&dims)];
+    let padded = dims.padded_query_len();
+    scatter_rows(&query, dims, query_len, padded, dims.key_width(), key_dim, query_at, &mut packed);
+    scatter_rows(&key, dims, query_len, padded, key_dim, key_dim, key_at, &mut packed);
+    scatter_rows(&value, dims, query_len, padded, value_dim, value_dim, value_at, &mut packed);
+    packed
+}
+
+/// The backward pass on the pool, its padded gradients by pair ([`backward_with`]) laid out by
+/// `layout` there too.
+fn backward_as<R: Send>(saved: &Forward, output_grad: &[f32], layout: impl FnOnce([Buffer<f32>; 3]) -> R + Send) -> R {
     let (isa, dims) = (Isa::best(), saved.dims);
     on_pool(Phase::AttentionBackward, || {
-        tuning::with_tiles(Pass::Backward, isa, dims, saved.mask.causal, |tiles| {
+        let padded = tuning::with_tiles(Pass::Backward, isa, dims, saved.mask.causal, |tiles| {
             backward_with(isa, tiles, saved, output_grad, fuse_query_grads(dims))
-        })
+        });
+        layout(padded)
     })
 }
 
-/// With `fused_dq`, `dq` is accumulated during the key-block walk ([`fuse_query_grads`]), else
-/// by a pass of its own.
-fn backward_with(isa: Isa, tiles: Tiles, saved: &Forward, output_grad: &[f32], fused_dq: bool) -> Gradients {
+/// The gradients by pair, padded: `dq [pairs, T', Wk]`, `dk [pairs, S', dk]`, `dv [pairs, S',
+/// dv]`. With `fused_dq`, `dq` is accumulated during the key-block walk ([`fuse_query_grads`]),
+/// else by a pass of its own.
+fn backward_with(isa: Isa, tiles: Tiles, saved: &Forward, output_grad: &[f32], fused_dq: bool) -> [Buffer<f32>; 3] {
     let dims = saved.dims;
-    let Dims { query_len, source_len, key_dim, value_dim, .. } = dims;
+    let Dims { query_len, key_dim, value_dim, .. } = dims;
     let pairs = dims.pairs();
     assert_eq!(output_grad.len(), pairs * query_len * value_dim, "output gradient length");
     let (wk, wv) = (dims.key_width(), dims.value_width());
@@ -316,6 +384,7 @@ fn backward_with(isa: Isa, tiles: Tiles, saved: &Forward, output_grad: &[f32], f
     if !dims.is_empty() {
         // The other orientation of each operand, and the output gradient in both.
         let mut grad_rows = Buffer::overwritten(pairs * padded_t * wv); // [pairs, T', Wv]
+        let output_grad = Operand { values: output_grad, layout: Layout::heads_last(&dims, value_dim) };
         pack_rows(output_grad, dims, query_len, value_dim, padded_t, wv, &mut grad_rows);
         let mut query_rows = Buffer::overwritten(pairs * padded_t * wk); // [pairs, T', Wk]
         rows_from_lanes(isa, &saved.query_t, wk, &mut query_rows);
@@ -404,11 +473,7 @@ fn backward_with(isa: Isa, tiles: Tiles, saved: &Forward, output_grad: &[f32], f
     } else {
         [&mut query_grad, &mut key_grad, &mut value_grad].into_iter().for_each(|buffer| buffer.fill(0.0));
     }
-    Gradients {
-        query: heads_last(&query_grad, dims, query_len, padded_t, wk, key_dim),
-        key: heads_last(&key_grad, dims, source_len, padded_s, key_dim, key_dim),
-        value: heads_last(&value_grad, dims, source_len, padded_s, value_dim, value_dim),
-    }
+    [query_grad, key_grad, value_grad]
 }
 
 /// `[pairs, Wv]`: `Σ_t dO_t / S` over the rows of each pair that attend uniformly (no allowed key,
@@ -1249,15 +1314,22 @@ fn store_rows(tile: &[Lanes], width: usize, out: &mut [f32]) {
     }
 }
 
-/// The `len` rows of one (batch, head) pair in a `[B, len, h, width]` buffer.
-fn pair_rows(x: &[f32], dims: Dims, pair: usize, len: usize, width: usize) -> impl Iterator<Item = &[f32]> {
-    let (batch, head) = (pair / dims.heads, pair % dims.heads);
-    let first = (batch * len * dims.heads + head) * width;
-    x[first..].chunks(dims.heads * width).take(len).map(move |row| &row[..width])
+/// The `len` rows of one (batch, head) pair of an operand `[B, len, h, width]`.
+fn pair_rows(x: Operand<'_>, dims: Dims, pair: usize, len: usize, width: usize) -> impl Iterator<Item = &[f32]> {
+    let first = x.layout.row(&dims, pair, len, width, 0);
+    x.values[first..].chunks(x.layout.row_stride).take(len).map(move |row| &row[..width])
 }
 
 /// `[B, len, h, w] -> [pairs, len', W]`, zero-padded rows and features (every element written).
-fn pack_rows(x: &[f32], dims: Dims, len: usize, width: usize, padded_len: usize, padded_width: usize, out: &mut [f32]) {
+fn pack_rows(
+    x: Operand,
+    dims: Dims,
+    len: usize,
+    width: usize,
+    padded_len: usize,
+    padded_width: usize,
+    out: &mut [f32],
+) {
     if padded_len == 0 || padded_width == 0 {
         return;
     }
@@ -1276,7 +1348,7 @@ fn pack_rows(x: &[f32], dims: Dims, len: usize, width: usize, padded_len: usize,
 #[allow(clippy::too_many_arguments)]
 fn pack_lanes(
     isa: Isa,
-    x: &[f32],
+    x: Operand,
     dims: Dims,
     len: usize,
     width: usize,
@@ -1287,14 +1359,13 @@ fn pack_lanes(
     if len == 0 || padded_width == 0 {
         return;
     }
-    let (blocks, stride) = (len.div_ceil(LANES), dims.heads * width);
+    let (blocks, stride) = (len.div_ceil(LANES), x.layout.row_stride);
     out.par_chunks_mut(blocks * padded_width).enumerate().for_each(|(pair, out)| {
-        let (batch, head) = (pair / dims.heads, pair % dims.heads);
-        let first = (batch * len * dims.heads + head) * width;
+        let first = x.layout.row(&dims, pair, len, width, 0);
         for (block, out) in out.chunks_exact_mut(padded_width).enumerate() {
             let rows = LANES.min(len - block * LANES);
             let (features, padding) = out.split_at_mut(width);
-            dispatch!(isa, lane_block(&x[first + block * LANES * stride..], stride, rows, scale, features));
+            dispatch!(isa, lane_block(&x.values[first + block * LANES * stride..], stride, rows, scale, features));
             padding.fill([0.0; LANES]);
         }
     });
@@ -1390,18 +1461,36 @@ fn heads_last<T: Copy + Default + Send + Sync>(
     width: usize,
 ) -> Vec<T> {
     let mut out = vec![T::default(); dims.pairs() * len * width];
-    if out.is_empty() {
-        return out;
+    scatter_rows(by_pair, dims, len, padded_len, padded_width, width, Layout::heads_last(&dims, width), &mut out);
+    out
+}
+
+/// `[pairs, len', W]` -> the real rows and features of an operand `[B, len, h, width]` where
+/// `layout` places it in `out` (which may hold other operands between its rows).
+#[allow(clippy::too_many_arguments)]
+fn scatter_rows<T: Copy + Send + Sync>(
+    by_pair: &[T],
+    dims: Dims,
+    len: usize,
+    padded_len: usize,
+    padded_width: usize,
+    width: usize,
+    layout: Layout,
+    out: &mut [T],
+) {
+    if dims.pairs() * len * width == 0 {
+        return;
     }
-    out.par_chunks_mut(len * dims.heads * width).enumerate().for_each(|(batch, out)| {
+    assert!(out.len() >= layout.span(&dims, len, width), "scatter_rows: output too short");
+    // A batch's rows are contiguous in every layout: one task each.
+    out.par_chunks_mut(len * layout.row_stride).enumerate().for_each(|(batch, out)| {
         for head in 0..dims.heads {
             let pair = &by_pair[(batch * dims.heads + head) * padded_len * padded_width..][..len * padded_width];
             for (l, row) in pair.chunks_exact(padded_width).enumerate() {
-                copy_row(&mut out[(l * dims.heads + head) * width..][..width], &row[..width]);
+                copy_row(&mut out[layout.first + l * layout.row_stride + head * width..][..width], &row[..width]);
             }
         }
     });
-    out
 }
 
 #[cfg(test)]
@@ -1561,29 +1650,61 @@ mod tests {
         let [out, dq, dk, dv, probs] = reference([&q, &k, &v, &g], dims, scale, &rule.allowed(dims), &bias_of, rows);
         let (out, dq) = (last64(&out, query_len, value_dim), last64(&dq, query_len, key_dim));
         let (dk, dv) = (last64(&dk, source_len, key_dim), last64(&dv, source_len, value_dim));
-        // Every instruction set, with one tile and with two walked together.
-        for (isa, tiles) in isas.iter().flat_map(|&isa| Tiles::ALL.map(|tiles| (isa, tiles))) {
-            let (q, k, v) =
-                (last(&q, query_len, key_dim), last(&k, source_len, key_dim), last(&v, source_len, value_dim));
+        let (q, k, v) = (last(&q, query_len, key_dim), last(&k, source_len, key_dim), last(&v, source_len, value_dim));
+        let parts = [(&q[..], key_dim), (&k[..], key_dim), (&v[..], value_dim)];
+        let mut layouts =
+            vec![parts.map(|(values, width)| Operand { values, layout: Layout::heads_last(&dims, width) })];
+        // Self-attention's lengths: the three side by side in one packed projection too.
+        let qkv = (query_len == source_len).then(|| side_by_side(&parts, dims.batch * query_len, dims.heads));
+        layouts.extend(qkv.as_deref().map(|qkv| Layout::packed(&dims).map(|layout| Operand { values: qkv, layout })));
+        // Every instruction set and layout, with one tile and with two walked together.
+        let runs = isas.iter().flat_map(|&isa| Tiles::ALL.map(|tiles| (isa, tiles)));
+        for ((isa, tiles), operands) in runs.flat_map(|run| layouts.iter().map(move |operands| (run, *operands))) {
+            let packed = operands[0].layout != Layout::heads_last(&dims, key_dim);
             let mask = rule.mask(dims, rows).with_bias(bias.clone(), dims);
-            let (output, saved, got_probs) = forward_with(isa, tiles, &q, &k, &v, dims, scale, mask, true);
+            let (output, saved, got_probs) = forward_with(isa, tiles, operands, dims, scale, mask, true);
+            let case = format!("{isa:?} {tiles:?} {rule:?} {rows:?} packed {packed}");
             let error = scaled_error(&output, &out);
-            assert!(error < 4e-6, "{isa:?} {tiles:?} {rule:?} {rows:?}: output at {dims:?}: error {error}");
+            assert!(error < 4e-6, "{case}: output at {dims:?}: error {error}");
             let error = scaled_error(&got_probs.expect("asked for"), &probs);
-            assert!(error < 4e-6, "{isa:?} {tiles:?} {rule:?} {rows:?}: probabilities at {dims:?}: error {error}");
+            assert!(error < 4e-6, "{case}: probabilities at {dims:?}: error {error}");
             // Both ways of computing dq.
             for fused_dq in [false, true] {
-                let grads = backward_with(isa, tiles, &saved, &last(&g, query_len, value_dim), fused_dq);
+                let padded = backward_with(isa, tiles, &saved, &last(&g, query_len, value_dim), fused_dq);
+                let grads = match packed {
+                    false => Gradients::heads_last(padded, dims),
+                    true => {
+                        let [query, key, value] =
+                            apart(&packed_grads(padded, dims), [key_dim, key_dim, value_dim], dims.heads);
+                        Gradients { query, key, value }
+                    }
+                };
                 for (name, got, want) in [("dq", &grads.query, &dq), ("dk", &grads.key, &dk), ("dv", &grads.value, &dv)]
                 {
                     let error = scaled_error(got, want);
-                    assert!(
-                        error < 4e-6,
-                        "{isa:?} {tiles:?} {rule:?} {rows:?} fused dq {fused_dq}: {name} at {dims:?}: error {error}"
-                    );
+                    assert!(error < 4e-6, "{case} fused dq {fused_dq}: {name} at {dims:?}: error {error}");
                 }
             }
         }
+    }
+
+    /// `rows` rows of each `[rows, h, width]` part side by side: `[rows, h·Σ width]`.
+    fn side_by_side(parts: &[(&[f32], usize); 3], rows: usize, heads: usize) -> Vec<f32> {
+        (0..rows)
+            .flat_map(|r| parts.iter().flat_map(move |(x, width)| &x[r * heads * width..][..heads * width]))
+            .copied()
+            .collect()
+    }
+
+    /// The parts of [`side_by_side`] again.
+    fn apart(packed: &[f32], widths: [usize; 3], heads: usize) -> [Vec<f32>; 3] {
+        let row = heads * widths.iter().sum::<usize>();
+        let mut offset = 0;
+        widths.map(|width| {
+            let part = packed.chunks_exact(row).flat_map(|r| &r[offset..][..heads * width]).copied().collect();
+            offset += heads * width;
+            part
+        })
     }
 
     #[test]

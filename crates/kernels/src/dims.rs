@@ -85,3 +85,49 @@ impl Dims {
         self.value_dim.next_multiple_of(4)
     }
 }
+
+/// Where an operand of a call, `[B, len, h, w]` (query, key, value or their gradients), keeps
+/// element `(b, t, head, d)`: at `first + (b·len + t)·row_stride + head·w + d`. The heads-last
+/// layout has nothing between rows ([`Layout::heads_last`]); the packed projection of
+/// self-attention, `[B, T, h·(dk + dk + dv)]`, holds the query, key and value side by side in
+/// each row, in torch's `in_proj` order ([`Layout::packed`]), so that one product makes all three
+/// and the kernel reads them (and writes their gradients) in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub first: usize,
+    pub row_stride: usize,
+}
+
+impl Layout {
+    /// `[B, len, h, width]`, contiguous.
+    pub fn heads_last(dims: &Dims, width: usize) -> Self {
+        Self { first: 0, row_stride: dims.heads * width }
+    }
+
+    /// The query, key and value in one `[B, T, h·(dk + dk + dv)]` (self-attention: `S = T`).
+    pub fn packed(dims: &Dims) -> [Self; 3] {
+        let (key, value) = (dims.heads * dims.key_dim, dims.heads * dims.value_dim);
+        let row_stride = 2 * key + value;
+        [0, key, 2 * key].map(|first| Self { first, row_stride })
+    }
+
+    /// The width of a packed row, `h·(dk + dk + dv)`.
+    pub fn packed_width(dims: &Dims) -> usize {
+        dims.heads * (2 * dims.key_dim + dims.value_dim)
+    }
+
+    /// Where row `t` of (batch, head) `pair` of an operand of `len` rows of `width` starts.
+    pub(crate) fn row(&self, dims: &Dims, pair: usize, len: usize, width: usize, t: usize) -> usize {
+        let (batch, head) = (pair / dims.heads, pair % dims.heads);
+        self.first + (batch * len + t) * self.row_stride + head * width
+    }
+
+    /// The number of elements an operand of `len` rows of `width` spans: the least length of a
+    /// slice that holds it.
+    pub(crate) fn span(&self, dims: &Dims, len: usize, width: usize) -> usize {
+        match dims.batch * len * dims.heads * width {
+            0 => 0,
+            _ => self.row(dims, dims.pairs() - 1, len, width, len - 1) + width,
+        }
+    }
+}

@@ -40,7 +40,8 @@ pub use dims::{Dims, FullyMaskedRows};
 pub use dropout::KeepMask;
 pub use mask::BoolMask;
 pub use ops::{
-    FusedCall, LinearPair, fused_attention, fused_attention_with_probs, linear_after, linear_forward, supports,
+    Dense, FusedCall, LinearPair, fused_attention, fused_attention_with_probs, fused_self_attention, linear_after,
+    linear_forward, supports,
 };
 pub use simd::{Isa, IsaError};
 pub use tuning::Tuning;

@@ -75,16 +75,70 @@ pub enum Probs {
     AfterDropout,
 }
 
+/// A call's query, key and value. (One per layer call: the variants' sizes do not matter.)
+#[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)]
+pub enum Operands {
+    /// `q [B, T, h, dk]`, `k [B, S, h, dk]`, `v [B, S, h, dv]` (heads last, the projections'
+    /// layout).
+    Apart { q: Tensor<4>, k: Tensor<4>, v: Tensor<4> },
+    /// Self-attention's three side by side in each row of one projection,
+    /// `qkv [B, T, h·(2 dk + dv)]` (torch's `in_proj` order): one product makes them, the fused
+    /// kernel reads them in place and gives back one gradient ([`kernels::fused_self_attention`]);
+    /// the other paths take them apart.
+    Packed { qkv: Tensor<3>, heads: usize, key_dim: usize, value_dim: usize },
+}
+
+impl Operands {
+    /// `q [B, T, h, dk]`, `k [B, S, h, dk]`, `v [B, S, h, dv]`: a packed projection's parts copied out.
+    pub fn apart(self) -> (Tensor<4>, Tensor<4>, Tensor<4>) {
+        match self {
+            Operands::Apart { q, k, v } => (q, k, v),
+            Operands::Packed { qkv, heads, key_dim, value_dim } => {
+                let [batch, len, width] = qkv.dims();
+                let keys = heads * key_dim;
+                let part = |from: usize, to: usize, dim: usize| {
+                    qkv.clone().slice([0..batch, 0..len, from..to]).reshape([batch, len, heads, dim])
+                };
+                (part(0, keys, key_dim), part(keys, 2 * keys, key_dim), part(2 * keys, width, value_dim)) // [B, L, h, *]
+            }
+        }
+    }
+
+    fn device(&self) -> Device {
+        match self {
+            Operands::Apart { q, .. } => q.device(),
+            Operands::Packed { qkv, .. } => qkv.device(),
+        }
+    }
+
+    fn is_autodiff(&self) -> bool {
+        match self {
+            Operands::Apart { q, .. } => q.is_autodiff(),
+            Operands::Packed { qkv, .. } => qkv.is_autodiff(),
+        }
+    }
+
+    /// `[B, h, T, S]`, the sizes of the call's scores.
+    fn score_shape(&self) -> [usize; 4] {
+        match self {
+            Operands::Apart { q, k, .. } => {
+                let [batch, query_len, heads, _] = q.dims();
+                [batch, heads, query_len, k.dims()[1]]
+            }
+            Operands::Packed { qkv, heads, .. } => {
+                let [batch, len, _] = qkv.dims();
+                [batch, *heads, len, len]
+            }
+        }
+    }
+}
+
 /// One attention call, described completely: `softmax(scale · q kᵀ + bias, mask) v` per head,
 /// with each library's masks already folded into `allowed`, `causal` and `bias`.
 #[derive(Debug, Clone)]
 pub struct AttentionCall {
-    /// `[B, T, h, dk]` (heads last, the projections' layout).
-    pub q: Tensor<4>,
-    /// `[B, S, h, dk]`.
-    pub k: Tensor<4>,
-    /// `[B, S, h, dv]`.
-    pub v: Tensor<4>,
+    pub operands: Operands,
     /// What the logits are multiplied by; the query is scaled before the product, as Keras and
     /// torch do.
     pub scale: f32,
@@ -108,14 +162,14 @@ impl AttentionCall {
     /// The fastest path that computes this call on its tensors' device.
     pub fn fastest_path(&self) -> AttentionPath {
         let traits = CallTraits {
-            autodiff: self.q.is_autodiff(),
+            autodiff: self.operands.is_autodiff(),
             dropout: self.dropout.is_some(),
             probs: self.probs != Probs::None,
             // burn's op takes no bias and zeroes fully masked rows, which only a mask can make
             // (the causal rule always allows key 0).
             burn_masks_match: self.bias.is_none() && (self.allowed.is_none() || self.rows == FullyMaskedRows::Zero),
         };
-        AttentionPath::fastest(&self.q.device(), traits)
+        AttentionPath::fastest(&self.operands.device(), traits)
     }
 
     /// Runs the call on `path`, or on [`AttentionCall::fastest_path`] when `None`. Returns the
@@ -126,11 +180,12 @@ impl AttentionCall {
             // are the ones returned after it when there is none).
             AttentionPath::Kernel
                 if self.probs != Probs::None
-                    && !self.q.is_autodiff()
+                    && !self.operands.is_autodiff()
                     && (self.probs == Probs::BeforeDropout || self.dropout.is_none()) =>
             {
                 let call = self.fused_call();
-                let (context, probs) = kernels::fused_attention_with_probs(self.q, self.k, self.v, call); // [B, T, h, dv], [B, h, T, S]
+                let (q, k, v) = self.operands.apart();
+                let (context, probs) = kernels::fused_attention_with_probs(q, k, v, call); // [B, T, h, dv], [B, h, T, S]
                 (context, Some(probs))
             }
             // In training they come from a masked softmax beside the kernel, differentiable; the
@@ -144,15 +199,23 @@ impl AttentionCall {
                     }
                 });
                 let call = self.fused_call();
-                (kernels::fused_attention(self.q, self.k, self.v, call), probs) // [B, T, h, dv]
+                let context = match self.operands {
+                    Operands::Apart { q, k, v } => kernels::fused_attention(q, k, v, call),
+                    Operands::Packed { qkv, heads, key_dim, value_dim } => {
+                        kernels::fused_self_attention(qkv, heads, key_dim, value_dim, call)
+                    }
+                };
+                (context, probs) // [B, T, h, dv]
             }
             AttentionPath::BurnFused => {
                 let blocked = self.blocked();
-                (burn_fused_attention(self.q, self.k, self.v, blocked), None) // [B, T, h, dv]
+                let (q, k, v) = self.operands.apart();
+                (burn_fused_attention(q, k, v, blocked), None) // [B, T, h, dv]
             }
             AttentionPath::Exact => {
                 let (logits, blocked) = (self.logits(), self.blocked()); // [B, h, T, S]
-                let v = transpose_heads(self.v); // [B, h, S, dv]
+                let (_, _, v) = self.operands.apart();
+                let v = transpose_heads(v); // [B, h, S, dv]
                 let (context, probs) = match self.probs {
                     Probs::AfterDropout => {
                         let probs = dropout_probs(masked_softmax(logits, blocked, self.rows), self.dropout); // [B, h, T, S]
@@ -167,8 +230,7 @@ impl AttentionCall {
 
     /// `[B, h, T, S]`, the sizes of the call's scores.
     fn score_shape(&self) -> [usize; 4] {
-        let [batch, query_len, heads, _] = self.q.dims();
-        [batch, heads, query_len, self.k.dims()[1]]
+        self.operands.score_shape()
     }
 
     /// The call for the fused kernel.
@@ -192,9 +254,9 @@ impl AttentionCall {
         let shape @ [_, _, query_len, source_len] = self.score_shape();
         let from_mask = self.allowed.clone().map(|allowed| allowed.bool_not()); // [B|1, h|1, T|1, S]
         // tril_mask is true strictly above the diagonal: key s > query t.
-        let from_causal = self
-            .causal
-            .then(|| Tensor::<2, Bool>::tril_mask([query_len, source_len], 0, &self.q.device()).unsqueeze::<4>()); // [1, 1, T, S]
+        let from_causal = self.causal.then(|| {
+            Tensor::<2, Bool>::tril_mask([query_len, source_len], 0, &self.operands.device()).unsqueeze::<4>()
+        }); // [1, 1, T, S]
         let blocked = match (from_mask, from_causal) {
             (Some(mask), Some(causal)) => {
                 let [mask_batch, mask_heads, _, _] = mask.dims();
@@ -208,7 +270,8 @@ impl AttentionCall {
 
     /// The scaled logits plus the bias, `[B, h, T, S]`, for the decomposed paths.
     fn logits(&self) -> Tensor<4> {
-        let logits = scaled_logits(self.q.clone(), self.k.clone(), self.scale); // [B, h, T, S]
+        let (q, k, _) = self.operands.clone().apart();
+        let logits = scaled_logits(q, k, self.scale); // [B, h, T, S]
         match &self.bias {
             Some(bias) => logits + bias.clone().expand(self.score_shape()),
             None => logits,

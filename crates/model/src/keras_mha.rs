@@ -44,7 +44,7 @@ use burn::tensor::{Bool, Device, Tensor, TensorData};
 use kernels::linear_forward;
 
 use crate::attention::{
-    AttentionCall, AttentionPath, FullyMaskedRows, Probs, fresh_seed, merge_heads, probs_dropout, split_heads,
+    AttentionCall, AttentionPath, FullyMaskedRows, Operands, Probs, fresh_seed, merge_heads, probs_dropout, split_heads,
 };
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
@@ -622,9 +622,7 @@ impl KerasMha {
             self.seed.filter(|_| rate > 0.0).map(|seed| [seed, self.dropout_calls.fetch_add(1, Ordering::Relaxed)]);
         let dropout = probs_dropout(rate, seed, &q.device());
         let call = AttentionCall {
-            q,
-            k: kk,
-            v,
+            operands: Operands::Apart { q, k: kk, v },
             scale,
             allowed: input.attention_mask.map(|mask| mask.unsqueeze_dim(1)), // [B, 1, T, S]
             causal: input.use_causal_mask,

@@ -26,9 +26,11 @@ use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Initializer, Linear};
 use burn::tensor::{Bool, Device, Tensor};
-use kernels::{linear_after, linear_forward};
+use kernels::{Dense, linear_after, linear_forward};
 
-use crate::attention::{AttentionCall, AttentionPath, FullyMaskedRows, Probs, merge_heads, probs_dropout, split_heads};
+use crate::attention::{
+    AttentionCall, AttentionPath, FullyMaskedRows, Operands, Probs, merge_heads, probs_dropout, split_heads,
+};
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
 use crate::weights::{HostTensor, WeightMap};
@@ -276,6 +278,9 @@ pub struct TorchMhaInput {
     /// replaced by SDPA's causal rule (top-left, `s > t` blocked) over the keys as SDPA gets them,
     /// after `add_bias_kv` and `add_zero_attn` appended theirs; otherwise the mask is used as given.
     pub is_causal: bool,
+    /// Query, key and value are one tensor ([`TorchMhaInput::self_attention`]): on the fused
+    /// kernel one product then makes all three projections ([`Operands::Packed`]).
+    pub self_attention: bool,
 }
 
 impl TorchMhaInput {
@@ -290,6 +295,7 @@ impl TorchMhaInput {
             average_attn_weights: true,
             training: false,
             is_causal: false,
+            self_attention: false,
         }
     }
 
@@ -323,7 +329,7 @@ impl TorchMhaInput {
 
     /// Self-attention: query, key and value are `x`.
     pub fn self_attention(x: Tensor<3>) -> Self {
-        Self::new(x.clone(), x.clone(), x)
+        Self { self_attention: true, ..Self::new(x.clone(), x.clone(), x) }
     }
 
     pub fn key_padding_mask(mut self, mask: Tensor<2, Bool>) -> Self {
@@ -435,43 +441,54 @@ impl TorchMha {
         let h = self.num_heads;
         let e = self.embed_dim();
 
+        let device = query.device();
         let before = neighbours.before.map(|(layer, x)| (layer, time_first(x))); // x [B, T, in]
-        let project = |layer: &Linear, input: Tensor<3>| match &before {
-            Some((before, x)) => linear_after(before, layer, x.clone(), input),
+        let project = |layer: Dense, input: Tensor<3>| match &before {
+            Some((before, x)) => linear_after(*before, layer, x.clone(), input),
             None => linear_forward(layer, input),
         };
-        let q = split_heads(project(&self.query, query), h); // [B, T, h, E/h]
-        let (k, v) = (project(&self.key, key), project(&self.value, value)); // [B, S, E]
         let (mut key_padding_mask, mut attn_mask) = (input.key_padding_mask, input.attn_mask);
-        let (k, v, source_len) = match (&self.bias_k, &self.bias_v) {
-            (Some(bias_k), Some(bias_v)) => {
-                let row = |bias: &Param<Tensor<3>>| bias.val().expand([batch, 1, e]); // [B, 1, E]
-                (key_padding_mask, attn_mask) = zero_attn_columns(key_padding_mask, attn_mask);
-                (Tensor::cat(vec![k, row(bias_k)], 1), Tensor::cat(vec![v, row(bias_v)], 1), source_len + 1) // [B, S+1, E]
-            }
-            _ => (k, v, source_len),
-        };
-        let (k, v) = (split_heads(k, h), split_heads(v, h)); // [B, S, h, E/h]
-        let (k, v, source_len) = match self.add_zero_attn {
-            true => {
-                let device = k.device();
-                let zero = || Tensor::<4>::zeros([batch, 1, h, e / h], &device); // [B, 1, h, E/h]
-                (key_padding_mask, attn_mask) = zero_attn_columns(key_padding_mask, attn_mask);
-                (Tensor::cat(vec![k, zero()], 1), Tensor::cat(vec![v, zero()], 1), source_len + 1) // [B, S+1, h, E/h]
-            }
-            false => (k, v, source_len),
+        // Self-attention on the fused kernel: the query, key and value from one product, read by
+        // the kernel where it left them (no key or value rows appended).
+        let packed = input.self_attention
+            && self.bias_k.is_none()
+            && !self.add_zero_attn
+            && path.is_none_or(|path| path == AttentionPath::Kernel)
+            && kernels::supports(&device);
+        let (operands, source_len) = if packed {
+            let qkv = project(Dense::joined(&[&self.query, &self.key, &self.value]), query); // [B, T, 3E]
+            (Operands::Packed { qkv, heads: h, key_dim: e / h, value_dim: e / h }, source_len)
+        } else {
+            let q = split_heads(project((&self.query).into(), query), h); // [B, T, h, E/h]
+            let (k, v) = (project((&self.key).into(), key), project((&self.value).into(), value)); // [B, S, E]
+            let (k, v, source_len) = match (&self.bias_k, &self.bias_v) {
+                (Some(bias_k), Some(bias_v)) => {
+                    let row = |bias: &Param<Tensor<3>>| bias.val().expand([batch, 1, e]); // [B, 1, E]
+                    (key_padding_mask, attn_mask) = zero_attn_columns(key_padding_mask, attn_mask);
+                    (Tensor::cat(vec![k, row(bias_k)], 1), Tensor::cat(vec![v, row(bias_v)], 1), source_len + 1) // [B, S+1, E]
+                }
+                _ => (k, v, source_len),
+            };
+            let (k, v) = (split_heads(k, h), split_heads(v, h)); // [B, S, h, E/h]
+            let (k, v, source_len) = match self.add_zero_attn {
+                true => {
+                    let zero = || Tensor::<4>::zeros([batch, 1, h, e / h], &device); // [B, 1, h, E/h]
+                    (key_padding_mask, attn_mask) = zero_attn_columns(key_padding_mask, attn_mask);
+                    (Tensor::cat(vec![k, zero()], 1), Tensor::cat(vec![v, zero()], 1), source_len + 1) // [B, S+1, h, E/h]
+                }
+                false => (k, v, source_len),
+            };
+            (Operands::Apart { q, k, v }, source_len)
         };
         if input.is_causal {
             // The hint replaced attn_mask: SDPA's rule over all S' keys, appended ones included.
-            attn_mask = Some(causal_mask(query_len, source_len, &q.device()));
+            attn_mask = Some(causal_mask(query_len, source_len, &device));
         }
         let (allowed, bias) = fold_masks(key_padding_mask, attn_mask, [batch, h, query_len, source_len])?;
         // torch draws its masks from its global generator; this one from the device's.
-        let dropout = probs_dropout(if input.training { self.dropout } else { 0.0 }, None, &q.device());
+        let dropout = probs_dropout(if input.training { self.dropout } else { 0.0 }, None, &device);
         let call = AttentionCall {
-            q,
-            k,
-            v,
+            operands,
             // torch scales q by sqrt(1 / head_dim) before the product.
             scale: (1.0 / (e / h) as f64).sqrt() as f32,
             allowed,

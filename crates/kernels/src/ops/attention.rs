@@ -20,7 +20,7 @@ use burn::tensor::{Bool, Tensor, TensorData};
 use super::host::{HostBackend, HostBoolBackend};
 use crate::attention as kernel;
 use crate::bias::FloatBias;
-use crate::dims::{Dims, FullyMaskedRows};
+use crate::dims::{Dims, FullyMaskedRows, Layout};
 use crate::dropout::KeepMask;
 use crate::mask::{BoolMask, Mask};
 
@@ -53,6 +53,12 @@ pub trait FusedAttentionBackend: Backend {
         value: FloatTensor<Self>,
         call: FusedCall,
     ) -> FloatTensor<Self>;
+
+    /// Self-attention whose query, key and value are the parts of one packed projection `qkv`,
+    /// `[B, T, h·(dk + dk + dv)]` (side by side in each row, torch's `in_proj` order; `dims` says
+    /// the sizes, `S = T`), read in place; returns `[B, T, h, dv]`, and the backward pass gives
+    /// `qkv` one packed gradient.
+    fn fused_self_attention(qkv: FloatTensor<Self>, dims: Dims, call: FusedCall) -> FloatTensor<Self>;
 }
 
 impl FusedAttentionBackend for Flex {
@@ -64,6 +70,10 @@ impl FusedAttentionBackend for Flex {
     ) -> FloatTensor<Self> {
         host_forward::<Self>(query, key, value, call).0
     }
+
+    fn fused_self_attention(qkv: FloatTensor<Self>, dims: Dims, call: FusedCall) -> FloatTensor<Self> {
+        host_forward_packed::<Self>(qkv, dims, call).0
+    }
 }
 
 impl FusedAttentionBackend for NdArray {
@@ -74,6 +84,10 @@ impl FusedAttentionBackend for NdArray {
         call: FusedCall,
     ) -> FloatTensor<Self> {
         host_forward::<Self>(query, key, value, call).0
+    }
+
+    fn fused_self_attention(qkv: FloatTensor<Self>, dims: Dims, call: FusedCall) -> FloatTensor<Self> {
+        host_forward_packed::<Self>(qkv, dims, call).0
     }
 }
 
@@ -92,6 +106,17 @@ impl<B: HostBackend, C: CheckpointStrategy> FusedAttentionBackend for Autodiff<B
                 prep.finish(Arc::new(saved), output)
             }
             OpsKind::UnTracked(prep) => prep.finish(host_forward::<B>(query, key, value, call).0),
+        }
+    }
+
+    fn fused_self_attention(qkv: FloatTensor<Self>, dims: Dims, call: FusedCall) -> FloatTensor<Self> {
+        let (qkv, node) = qkv.into_parts();
+        match PackedAttentionBackward.prepare::<C>([node]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let (output, saved) = host_forward_packed::<B>(qkv, dims, call);
+                prep.finish(Arc::new(saved), output)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(host_forward_packed::<B>(qkv, dims, call).0),
         }
     }
 }
@@ -116,6 +141,27 @@ impl<B: HostBackend> Backward<B, 3> for FusedAttentionBackward {
     }
 }
 
+/// The backward step of the packed call: one gradient, packed as `qkv` is.
+#[derive(Debug)]
+struct PackedAttentionBackward;
+
+impl<B: HostBackend> Backward<B, 1> for PackedAttentionBackward {
+    type State = Arc<kernel::Forward>;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+        let output_grad = grads.consume::<B>(&ops.node); // [B, T, h, dv]
+        let (device, dtype) = (output_grad.device(), output_grad.dtype());
+        let output_grad = B::host_values(output_grad);
+        let [node] = ops.parents;
+        if let Some(node) = node {
+            let dims = ops.state.dims;
+            let grad = kernel::backward_packed(&ops.state, &output_grad); // [B, T, h·(dk + dk + dv)]
+            let shape = [dims.batch, dims.query_len, Layout::packed_width(&dims)];
+            grads.register::<B>(node.id, B::from_host(grad, &shape, dtype, &device));
+        }
+    }
+}
+
 /// Runs the kernel's forward pass on `B`'s tensors; returns the output `[B, T, h, dv]` and what
 /// the backward pass needs.
 fn host_forward<B: HostBackend>(
@@ -130,6 +176,19 @@ fn host_forward<B: HostBackend>(
     let (scale, mask) = call.rule(dims);
     let (output, saved) = kernel::forward(&query, &key, &value, dims, scale, mask);
     // The kernel computes in float32; the output keeps the input's precision.
+    (B::from_host(output, &dims.output_shape(), dtype, &device), saved)
+}
+
+/// [`host_forward`] of a packed projection `[B, T, h·(dk + dk + dv)]`.
+fn host_forward_packed<B: HostBackend>(
+    qkv: FloatTensor<B>,
+    dims: Dims,
+    call: FusedCall,
+) -> (FloatTensor<B>, kernel::Forward) {
+    let (device, dtype) = (qkv.device(), qkv.dtype());
+    let qkv = B::host_values(qkv);
+    let (scale, mask) = call.rule(dims);
+    let (output, saved) = kernel::forward_packed(&qkv, dims, scale, mask);
     (B::from_host(output, &dims.output_shape(), dtype, &device), saved)
 }
 
@@ -163,6 +222,31 @@ pub fn fused_attention(query: Tensor<4>, key: Tensor<4>, value: Tensor<4>, call:
         value.into_dispatch(),
         call,
     );
+    Tensor::from_dispatch(output) // [B, T, h, dv]
+}
+
+/// Self-attention through the fused kernel from one packed projection `qkv: [B, T, h·(dk + dk +
+/// dv)]`: the query, key and value side by side in each row (torch's `in_proj` order), read in
+/// place, so that one product makes all three and their gradients come back as one. Returns
+/// `[B, T, h, dv]` (heads last). Differentiable. Only where [`supports`] says.
+///
+/// # Panics
+/// If `qkv`'s last axis is not `h·(2 key_dim + value_dim)`.
+pub fn fused_self_attention(
+    qkv: Tensor<3>,
+    heads: usize,
+    key_dim: usize,
+    value_dim: usize,
+    call: FusedCall,
+) -> Tensor<4> {
+    let [batch, len, width] = qkv.dims();
+    let dims = Dims { batch, heads, query_len: len, source_len: len, key_dim, value_dim };
+    assert_eq!(
+        width,
+        Layout::packed_width(&dims),
+        "a packed projection of {heads} heads of {key_dim}, {key_dim} and {value_dim}"
+    );
+    let output = <Dispatch as FusedAttentionBackend>::fused_self_attention(qkv.into_dispatch(), dims, call);
     Tensor::from_dispatch(output) // [B, T, h, dv]
 }
 
@@ -218,6 +302,61 @@ mod tests {
             let expected: Vec<bool> =
                 (0..2 * 5 * 3).map(|i| values[(i / 15) * 15 + (i % 3) * 5 + (i / 3) % 5]).collect();
             assert_eq!(transposed.allowed, expected, "{device:?}");
+        }
+    }
+
+    /// Self-attention from one packed projection against the same call on its three parts
+    /// (slices, copied to the kernel): the output, and with autodiff the packed tensor's gradient,
+    /// on both CPU backends.
+    #[test]
+    fn a_packed_projection_attends_as_its_three_parts() {
+        use crate::dims::FullyMaskedRows;
+        use crate::ops::attention::{FusedCall, fused_attention, fused_self_attention};
+        use burn::tensor::{Distribution, Tolerance};
+
+        let (batch, len, heads, key_dim, value_dim) = (2, 19, 3, 5, 2);
+        let (keys, width) = (heads * key_dim, heads * (2 * key_dim + value_dim));
+        let call = FusedCall {
+            scale: 0.4,
+            allowed: None,
+            causal: true,
+            rows: FullyMaskedRows::Zero,
+            dropout: None,
+            bias: None,
+        };
+        #[allow(deprecated)]
+        let devices = [Device::flex(), Device::flex().autodiff(), Device::ndarray().autodiff()];
+        for device in devices {
+            let tracked = device.is_autodiff();
+            let data = Tensor::<3>::random([batch, len, width], Distribution::Normal(0.0, 1.0), &device).into_data();
+            let probe = Tensor::<4>::random([batch, len, heads, value_dim], Distribution::Normal(0.0, 1.0), &device);
+            let run = |packed: bool| {
+                let qkv = Tensor::<3>::from_data(data.clone(), &device); // [B, T, h·(2dk + dv)]
+                let qkv = if tracked { qkv.require_grad() } else { qkv };
+                let output = match packed {
+                    true => fused_self_attention(qkv.clone(), heads, key_dim, value_dim, call.clone()),
+                    false => {
+                        let part = |from: usize, to: usize, d: usize| {
+                            qkv.clone().slice([0..batch, 0..len, from..to]).reshape([batch, len, heads, d])
+                        };
+                        let (q, k, v) =
+                            (part(0, keys, key_dim), part(keys, 2 * keys, key_dim), part(2 * keys, width, value_dim));
+                        fused_attention(q, k, v, call.clone())
+                    }
+                }; // [B, T, h, dv]
+                let grad = tracked.then(|| {
+                    let grads = (output.clone() * probe.clone()).sum().backward();
+                    qkv.grad(&grads).expect("qkv is tracked").into_data()
+                });
+                (output.into_data(), grad)
+            };
+            let ((packed, packed_grad), (parts, parts_grad)) = (run(true), run(false));
+            packed.assert_approx_eq::<f32>(&parts, Tolerance::absolute(1e-6));
+            assert_eq!(packed_grad.is_some(), tracked, "{device:?}");
+            if let (Some(packed), Some(parts)) = (packed_grad, parts_grad) {
+                assert_eq!(packed.shape(), parts.shape(), "{device:?}");
+                packed.assert_approx_eq::<f32>(&parts, Tolerance::absolute(1e-6));
+            }
         }
     }
 }

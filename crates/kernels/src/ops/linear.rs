@@ -302,18 +302,63 @@ fn host_linear<B: HostBackend>(
     (B::from_host(y, &[m, n], dtype, &device), Saved { x, weight, m, k, n })
 }
 
-/// `x W + b` of a Linear on `[B, L, d_in]`: through this crate's GEMM where [`supports`] says,
-/// burn's own product elsewhere. Differentiable.
-pub fn linear_forward(layer: &Linear, x: Tensor<3>) -> Tensor<3> {
+/// A dense layer's weights as tensors, `W [d_in, d_out]` and `b [d_out]`: a burn `Linear`'s, or
+/// those of layers that read one input joined into one ([`Dense::joined`]).
+#[derive(Debug, Clone)]
+pub struct Dense {
+    pub weight: Tensor<2>,
+    pub bias: Option<Tensor<1>>,
+}
+
+impl From<&Linear> for Dense {
+    fn from(layer: &Linear) -> Self {
+        Self { weight: layer.weight.val(), bias: layer.bias.as_ref().map(|bias| bias.val()) }
+    }
+}
+
+impl Dense {
+    /// Layers of one input as one layer whose outputs are theirs side by side, `[W_1 | W_2 | ..]`
+    /// (self-attention's query, key and value projections: one product instead of three). A
+    /// layer without a bias among layers with one adds zeros. Differentiable: each layer's
+    /// weights get their part of the joined gradient.
+    pub fn joined(layers: &[&Linear]) -> Self {
+        let weight = Tensor::cat(layers.iter().map(|layer| layer.weight.val()).collect(), 1); // [d_in, Σ d_out]
+        let bias = layers.iter().any(|layer| layer.bias.is_some()).then(|| {
+            let bias_of = |layer: &&Linear| match &layer.bias {
+                Some(bias) => bias.val(),
+                None => Tensor::zeros([layer.weight.dims()[1]], &layer.weight.device()),
+            };
+            Tensor::cat(layers.iter().map(bias_of).collect(), 0) // [Σ d_out]
+        });
+        Self { weight, bias }
+    }
+
+    /// `d_out`.
+    pub fn width(&self) -> usize {
+        self.weight.dims()[1]
+    }
+
+    /// The bias for the fused ops, which take one: zeros (untracked) for a layer without.
+    fn bias_or_zeros(&self) -> FloatTensor<Dispatch> {
+        match &self.bias {
+            Some(bias) => bias.clone().into_dispatch(),
+            None => Tensor::<1>::zeros([self.width()], &self.weight.device()).into_dispatch(),
+        }
+    }
+}
+
+/// `x W + b` of a dense layer on `[B, L, d_in]`: through this crate's GEMM where [`supports`]
+/// says, burn's own product elsewhere. Differentiable.
+pub fn linear_forward(layer: impl Into<Dense>, x: Tensor<3>) -> Tensor<3> {
+    let Dense { weight, bias } = layer.into(); // [d_in, d_out], [d_out]
     if !supports(&x.device()) {
-        return layer.forward(x);
+        return burn::tensor::module::linear(x, weight, bias);
     }
     let [batch, len, d_in] = x.dims();
-    let weight = layer.weight.val(); // [d_in, d_out]
     let d_out = weight.dims()[1];
     let (x, weight) = (x.reshape([batch * len, d_in]).into_dispatch(), weight.into_dispatch()); // [B·L, d_in]
-    let y = match &layer.bias {
-        Some(bias) => <Dispatch as FusedLinearBackend>::fused_linear(x, weight, bias.val().into_dispatch()),
+    let y = match bias {
+        Some(bias) => <Dispatch as FusedLinearBackend>::fused_linear(x, weight, bias.into_dispatch()),
         None => <Dispatch as FusedLinearBackend>::fused_matmul(x, weight),
     };
     Tensor::<2>::from_dispatch(y).reshape([batch, len, d_out]) // [B, L, d_out]
@@ -323,23 +368,22 @@ pub fn linear_forward(layer: &Linear, x: Tensor<3>) -> Tensor<3> {
 /// be `first`'s output for `x`): the output is `second`'s, and where [`LinearPair::reassociates`]
 /// says, the backward pass runs through `x`, `first` and `second` at once and `z`'s gradient is
 /// never formed. Differentiable.
-pub fn linear_after(first: &Linear, second: &Linear, x: Tensor<3>, z: Tensor<3>) -> Tensor<3> {
+pub fn linear_after(first: impl Into<Dense>, second: impl Into<Dense>, x: Tensor<3>, z: Tensor<3>) -> Tensor<3> {
+    let (first, second) = (first.into(), second.into());
     let [batch, len, d_in] = x.dims();
     let [d_mid, d_out] = second.weight.dims();
     let pair = LinearPair { m: batch * len, d: d_in, e: d_mid, n: d_out };
     if !supports(&x.device()) || !z.is_tracked() || !pair.reassociates(x.is_tracked()) {
         return linear_forward(second, z);
     }
-    let device = x.device();
-    let zeros = |width| Tensor::<1>::zeros([width], &device).into_dispatch(); // a layer without bias: untracked zeros
-    let bias_of = |layer: &Linear, width| layer.bias.as_ref().map_or_else(|| zeros(width), |b| b.val().into_dispatch());
+    let (first_bias, bias) = (first.bias_or_zeros(), second.bias_or_zeros()); // [d_mid], [d_out]
     let y = <Dispatch as FusedLinearBackend>::fused_linear_after(
         x.reshape([batch * len, d_in]).into_dispatch(),  // [B·L, d_in]
         z.reshape([batch * len, d_mid]).into_dispatch(), // [B·L, d_mid]
-        first.weight.val().into_dispatch(),              // [d_in, d_mid]
-        bias_of(first, d_mid),                           // [d_mid]
-        second.weight.val().into_dispatch(),             // [d_mid, d_out]
-        bias_of(second, d_out),                          // [d_out]
+        first.weight.into_dispatch(),                    // [d_in, d_mid]
+        first_bias,
+        second.weight.into_dispatch(), // [d_mid, d_out]
+        bias,
     );
     Tensor::<2>::from_dispatch(y).reshape([batch, len, d_out]) // [B, L, d_out]
 }

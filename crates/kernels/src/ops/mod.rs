@@ -10,5 +10,5 @@ pub mod attention;
 pub mod host;
 pub mod linear;
 
-pub use attention::{FusedCall, fused_attention, fused_attention_with_probs, supports};
-pub use linear::{LinearPair, linear_after, linear_forward};
+pub use attention::{FusedCall, fused_attention, fused_attention_with_probs, fused_self_attention, supports};
+pub use linear::{Dense, LinearPair, linear_after, linear_forward};
