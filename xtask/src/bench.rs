@@ -234,6 +234,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     println!("\n{table}");
     println!("attention kernel, tiles of 16 rows walked together, chosen by measurement per class of calls:");
     println!("{}", train::bench::peak::tile_choices_table());
+    println!("matrix products on the caller's thread or rayon's pool, chosen by measurement per shape:");
+    println!("{}", train::bench::peak::gemm_choices_table());
     let scaling = scaling_table(&rows, reference.as_ref());
     if !plan.scaling.is_empty() {
         println!("{scaling}");
@@ -246,6 +248,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         "processor": processor,
         "limits": limits,
         "tile_choices": train::bench::peak::tile_choices_json(),
+        "gemm_choices": train::bench::peak::gemm_choices_json(),
         "params": plan.cases.iter().map(|c| Ok(json!({ "case": c, "params": parameters(*c)? }))).collect::<Result<Vec<_>>>()?,
         "rows": rows.iter().map(Row::to_json).collect::<Vec<_>>(),
         "reference": reference,

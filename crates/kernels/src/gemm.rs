@@ -12,6 +12,7 @@ use gemm::Parallelism;
 
 use crate::profile::Phase;
 use crate::simd::{Isa, Level};
+use crate::tuning::{self, ProductClass, Threads};
 use crate::{on_caller, on_pool};
 
 /// A matrix in host memory: element `(i, j)` is `data[i * row_stride + j * col_stride]`.
@@ -48,31 +49,37 @@ impl<'a> View<'a> {
 
 /// `A B` as a row-major `[M, N]` buffer.
 pub fn matmul(a: View, b: View) -> Vec<f32> {
-    run(a, b, || product(Isa::best(), a, b, None))
+    run(a, b, |threads| product(Isa::best(), a, b, None, threads))
 }
 
 /// `A B + bias` (`bias`: `[N]`, added to every row) as a row-major `[M, N]` buffer: a dense layer.
 pub fn matmul_bias(a: View, b: View, bias: &[f32]) -> Vec<f32> {
     assert_eq!(bias.len(), b.cols, "one bias per column");
-    run(a, b, || product(Isa::best(), a, b, Some(bias)))
+    run(a, b, |threads| product(Isa::best(), a, b, Some(bias), threads))
 }
 
-/// Runs the product `f` of `a` and `b` on rayon's pool, or, when the `gemm` crate would run it
-/// on one thread anyway (fewer multiply-adds than its threading threshold), on the caller's
-/// thread: handing a call to the pool costs two context switches, which were 40% of the time of
-/// the seed's projections (`[4352, 4] x [4, 24]`, 60 µs on a Zen 4).
-fn run(a: View, b: View, f: impl FnOnce() -> Vec<f32> + Send) -> Vec<f32> {
+/// Runs the product `f` of `a` and `b` on the caller's thread when the `gemm` crate would run it
+/// on one thread anyway (fewer multiply-adds than its threading threshold): handing a call to
+/// the pool costs two context switches, which were 40% of the time of the seed's projections
+/// (`[4352, 4] x [4, 24]`, 60 µs on a Zen 4). Above it, the caller's thread alone or the pool,
+/// whichever was faster for the shape ([`tuning::with_threads`]): on an Intel Xeon (2 threads)
+/// the layers' narrow products crossed the threshold and ran slower on the pool, `[4352, 4] x
+/// [4, 72]` in 0.18 ms against 0.07, `[4352, 24] x [24, 24]` in 0.11 against 0.07.
+fn run(a: View, b: View, f: impl FnOnce(Threads) -> Vec<f32> + Send) -> Vec<f32> {
     let multiply_adds = a.rows.saturating_mul(a.cols).saturating_mul(b.cols);
     if multiply_adds < gemm_common::gemm::get_threading_threshold() {
-        on_caller(Phase::Gemm, f)
-    } else {
-        on_pool(Phase::Gemm, f)
+        return on_caller(Phase::Gemm, || f(Threads::Caller));
     }
+    let class = ProductClass { isa: Isa::best().name(), m: a.rows, k: a.cols, n: b.cols };
+    tuning::with_threads(class, |threads| match threads {
+        Threads::Caller => on_caller(Phase::Gemm, || f(threads)),
+        Threads::Pool => on_pool(Phase::Gemm, || f(threads)),
+    })
 }
 
 /// The product on `isa`'s micro-kernels: `C = 1 · C₀ + 1 · A B`, where `C₀` is the bias in
 /// every row, or nothing (the crate then ignores `C`'s contents).
-pub(crate) fn product(isa: Isa, a: View, b: View, bias: Option<&[f32]>) -> Vec<f32> {
+pub(crate) fn product(isa: Isa, a: View, b: View, bias: Option<&[f32]>, threads: Threads) -> Vec<f32> {
     assert_eq!(a.cols, b.rows, "inner dimensions");
     a.assert_in_bounds("A");
     b.assert_in_bounds("B");
@@ -84,8 +91,10 @@ pub(crate) fn product(isa: Isa, a: View, b: View, bias: Option<&[f32]>) -> Vec<f
     if m == 0 || n == 0 {
         return c;
     }
-    let threads = rayon::current_num_threads();
-    let parallelism = if threads > 1 { Parallelism::Rayon(threads) } else { Parallelism::None };
+    let parallelism = match (threads, rayon::current_num_threads()) {
+        (Threads::Pool, threads @ 2..) => Parallelism::Rayon(threads),
+        _ => Parallelism::None,
+    };
     let stride = |s: usize| s as isize;
     // The micro-kernels vectorise along a column of the destination, and `C` is row-major: the
     // crate computes `Cᵀ = Bᵀ Aᵀ` (`[N, M]`, whose columns are `C`'s rows). `gemm::gemm` turns a
@@ -253,31 +262,36 @@ mod tests {
 
     #[test]
     fn products_of_every_layout_with_and_without_bias_match_the_definition_on_every_instruction_set() {
-        for (m, k, n) in [(1, 1, 1), (7, 5, 3), (70, 33, 40), (130, 17, 16), (9, 64, 100), (20, 600, 24), (3, 0, 5)] {
+        // The last but one crosses the crate's threading threshold: on the pool it is split.
+        let shapes =
+            [(1, 1, 1), (7, 5, 3), (70, 33, 40), (130, 17, 16), (9, 64, 100), (20, 600, 24), (200, 150, 40), (3, 0, 5)];
+        for (m, k, n) in shapes {
             let a: Vec<f32> = (0..m * k).map(|i| ((i * 7) % 11) as f32 - 5.0).collect();
             let b: Vec<f32> = (0..k * n).map(|i| ((i * 5) % 13) as f32 * 0.25 - 1.5).collect();
             let want: Vec<f32> =
                 (0..m * n).map(|i| (0..k).map(|j| a[i / n * k + j] * b[j * n + i % n]).sum()).collect();
             let bias: Vec<f32> = (0..n).map(|j| j as f32 * 0.5 - 3.0).collect();
             let (at, bt) = (transpose(&a, m, k), transpose(&b, k, n));
-            for isa in Isa::available() {
+            for (isa, threads) in
+                Isa::available().into_iter().flat_map(|isa| Threads::ALL.map(|threads| (isa, threads)))
+            {
                 let layouts = [
                     (View::new(&a, m, k), View::new(&b, k, n)),
                     (View::new(&at, k, m).t(), View::new(&b, k, n)),
                     (View::new(&a, m, k), View::new(&bt, n, k).t()),
                 ];
                 for (x, y) in layouts {
-                    let got = product(isa, x, y, None);
+                    let got = product(isa, x, y, None, threads);
                     let error = got.iter().zip(&want).map(|(g, w)| (g - w).abs()).fold(0.0, f32::max);
-                    assert!(error < 1e-3, "{isa:?} {m}x{k}x{n}: error {error}");
-                    let got = product(isa, x, y, Some(&bias));
+                    assert!(error < 1e-3, "{isa:?} {threads:?} {m}x{k}x{n}: error {error}");
+                    let got = product(isa, x, y, Some(&bias), threads);
                     let error = got
                         .iter()
                         .zip(&want)
                         .enumerate()
                         .map(|(i, (g, w))| (g - w - bias[i % n]).abs())
                         .fold(0.0, f32::max);
-                    assert!(error < 1e-3, "{isa:?} {m}x{k}x{n} with a bias: error {error}");
+                    assert!(error < 1e-3, "{isa:?} {threads:?} {m}x{k}x{n} with a bias: error {error}");
                 }
             }
         }
@@ -288,7 +302,7 @@ mod tests {
     fn a_view_whose_strides_leave_its_slice_is_refused_before_any_read() {
         let data = [0.0; 6];
         let a = View { data: &data, rows: 3, cols: 2, row_stride: 3, col_stride: 1 };
-        product(Isa::PORTABLE, a, View::new(&data, 2, 3), None);
+        product(Isa::PORTABLE, a, View::new(&data, 2, 3), None, Threads::Caller);
     }
 
     fn transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {

@@ -20,6 +20,12 @@
 //! work, the best of its runs) serves the class for the rest of the process. Those calls are
 //! real calls, not extra work. `KERNELS_TILES` (`1` or `2`) overrides it, for tests and
 //! measurements; [`tile_choices`] reports what was measured and chosen.
+//!
+//! The same way, per shape of matrix product, the GEMM runs on the caller's thread alone or on
+//! rayon's pool ([`Threads`]): handing a call to the pool costs two context switches and the
+//! crate's split of the work, which at the layers' narrow products cost more than a second
+//! thread saves. `KERNELS_GEMM_THREADS` (`caller` or `pool`) overrides it; [`gemm_choices`]
+//! reports.
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock};
@@ -122,6 +128,18 @@ pub enum Tiles {
     Two,
 }
 
+/// Something a class of calls chooses by measurement: one of two candidates.
+trait Candidate: Copy + Eq {
+    /// Its place in the candidates' order, 0 or 1.
+    fn index(self) -> usize;
+}
+
+impl Candidate for Tiles {
+    fn index(self) -> usize {
+        self.count() - 1
+    }
+}
+
 impl Tiles {
     pub const ALL: [Tiles; 2] = [Tiles::One, Tiles::Two];
 
@@ -183,48 +201,94 @@ pub struct TileChoice {
 const TRIALS: usize = 3;
 
 /// A class's measurements so far.
-#[derive(Debug, Default)]
-struct Trial {
+#[derive(Debug)]
+struct Trial<C> {
     calls: usize,
     /// Seconds per unit of work of each timed call, per candidate.
     times: [Vec<f64>; 2],
-    chosen: Option<Tiles>,
+    chosen: Option<C>,
 }
 
-impl Trial {
+impl<C> Default for Trial<C> {
+    fn default() -> Self {
+        Self { calls: 0, times: Default::default(), chosen: None }
+    }
+}
+
+impl<C: Candidate> Trial<C> {
     /// The candidate the next call runs: the chosen one, else each candidate in turn.
-    fn next(&self, candidates: &[Tiles]) -> Tiles {
+    fn next(&self, candidates: &[C]) -> C {
         self.chosen.unwrap_or_else(|| {
             if self.calls == 0 {
                 candidates[0]
             } else {
-                *candidates.iter().min_by_key(|tiles| self.times[tiles.count() - 1].len()).expect("a candidate")
+                *candidates.iter().min_by_key(|c| self.times[c.index()].len()).expect("a candidate")
             }
         })
     }
 
-    /// Records one call of `tiles`; once every candidate has [`TRIALS`] times, chooses the one
-    /// with the least best time.
-    fn record(&mut self, tiles: Tiles, seconds_per_unit: f64, candidates: &[Tiles]) {
+    /// Records one call of `candidate`; once every candidate has [`TRIALS`] times, chooses the
+    /// one with the least best time.
+    fn record(&mut self, candidate: C, seconds_per_unit: f64, candidates: &[C]) {
         self.calls += 1;
         if self.chosen.is_some() || self.calls == 1 {
             return;
         }
-        self.times[tiles.count() - 1].push(seconds_per_unit);
-        if candidates.iter().all(|tiles| self.times[tiles.count() - 1].len() >= TRIALS) {
-            let best = |tiles: &Tiles| self.times[tiles.count() - 1].iter().copied().fold(f64::INFINITY, f64::min);
+        self.times[candidate.index()].push(seconds_per_unit);
+        if candidates.iter().all(|c| self.times[c.index()].len() >= TRIALS) {
+            let best = |c: &C| self.times[c.index()].iter().copied().fold(f64::INFINITY, f64::min);
             self.chosen = candidates.iter().copied().min_by(|a, b| best(a).total_cmp(&best(b)));
         }
     }
+
+    /// Each candidate's best time so far, scaled by `scale`, in the candidates' order.
+    fn best_times(&self, scale: f64) -> [Option<f64>; 2] {
+        std::array::from_fn(|i| {
+            let best = self.times[i].iter().copied().fold(f64::INFINITY, f64::min);
+            best.is_finite().then_some(best * scale)
+        })
+    }
 }
 
-/// Every class measured so far.
-static TRIALS_BY_CLASS: LazyLock<Mutex<HashMap<Class, Trial>>> = LazyLock::new(Mutex::default);
-
-/// [`TRIALS_BY_CLASS`], locked (a panic while it was held left nothing half-written).
-fn trials() -> MutexGuard<'static, HashMap<Class, Trial>> {
-    TRIALS_BY_CLASS.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+/// The trials of every class of one kind measured so far, locked (a panic while it was held left
+/// nothing half-written).
+fn locked<K, C>(trials: &'static LazyLock<Mutex<HashMap<K, Trial<C>>>>) -> MutexGuard<'static, HashMap<K, Trial<C>>> {
+    trials.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+/// Runs `run` with the candidate of `class` (the measured choice, else the one the measurement
+/// needs next) and, while the class is being measured, times it: `units` of work a call.
+fn with_choice<K, C, R>(
+    trials: &'static LazyLock<Mutex<HashMap<K, Trial<C>>>>,
+    class: K,
+    candidates: &[C],
+    units: usize,
+    run: impl FnOnce(C) -> R,
+) -> R
+where
+    K: std::hash::Hash + Eq + Copy,
+    C: Candidate,
+{
+    let (candidate, decided) = {
+        let mut trials = locked(trials);
+        let trial = trials.entry(class).or_default();
+        (trial.next(candidates), trial.chosen.is_some())
+    };
+    if decided {
+        return run(candidate);
+    }
+    // Not locked during the call: a pass may run products that choose too.
+    let start = Instant::now();
+    let out = run(candidate);
+    let seconds_per_unit = start.elapsed().as_secs_f64() / units.max(1) as f64;
+    if let Some(trial) = locked(trials).get_mut(&class) {
+        trial.record(candidate, seconds_per_unit, candidates);
+    }
+    out
+}
+
+/// Every class of the tiles' choice measured so far.
+static TILE_TRIALS: LazyLock<Mutex<HashMap<Class, Trial<Tiles>>>> = LazyLock::new(Mutex::default);
 
 /// The candidates measured on `isa`: two tiles only where a vector is one register (AVX-512),
 /// since an AVX2 vector is two registers that already share each broadcast, and the baseline
@@ -260,36 +324,99 @@ pub(crate) fn with_tiles<R>(pass: Pass, isa: Isa, dims: Dims, causal: bool, run:
         return run(candidates[0]);
     }
     let class = Class { pass, isa: isa.name(), key_width: dims.key_width(), value_width: dims.value_width(), causal };
-    let (tiles, decided) = {
-        let mut trials = trials();
-        let trial = trials.entry(class).or_default();
-        (trial.next(candidates), trial.chosen.is_some())
-    };
-    if decided {
-        return run(tiles);
-    }
-    let start = Instant::now();
-    let out = run(tiles);
-    let units = (dims.pairs() * dims.query_len * dims.source_len).max(1) as f64;
-    let seconds_per_unit = start.elapsed().as_secs_f64() / units;
-    if let Some(trial) = trials().get_mut(&class) {
-        trial.record(tiles, seconds_per_unit, candidates);
-    }
-    out
+    let units = dims.pairs() * dims.query_len * dims.source_len;
+    with_choice(&TILE_TRIALS, class, candidates, units, run)
 }
 
 /// What each class measured so far, and its choice, sorted by class.
 pub fn tile_choices() -> Vec<TileChoice> {
-    let mut choices: Vec<TileChoice> = trials()
+    let mut choices: Vec<TileChoice> = locked(&TILE_TRIALS)
         .iter()
-        .map(|(class, trial)| TileChoice {
-            class: *class,
-            nanos: std::array::from_fn(|i| {
-                let best = trial.times[i].iter().copied().fold(f64::INFINITY, f64::min);
-                best.is_finite().then_some(best * 1e12)
-            }),
-            chosen: trial.chosen,
-        })
+        .map(|(class, trial)| TileChoice { class: *class, nanos: trial.best_times(1e12), chosen: trial.chosen })
+        .collect();
+    choices.sort_by_key(|choice| choice.class);
+    choices
+}
+
+/// Where a matrix product runs: on the caller's thread alone, or on rayon's pool with every
+/// thread (two context switches to hand it over, and the `gemm` crate's split of the work).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Threads {
+    Caller,
+    Pool,
+}
+
+impl Candidate for Threads {
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl Threads {
+    pub const ALL: [Threads; 2] = [Threads::Caller, Threads::Pool];
+
+    fn parse(value: &str) -> Result<Threads, String> {
+        match value.trim() {
+            "caller" => Ok(Threads::Caller),
+            "pool" => Ok(Threads::Pool),
+            _ => Err(format!("{THREADS_VARIABLE}={value:?} is neither caller nor pool")),
+        }
+    }
+}
+
+/// The variable that fixes [`Threads`] for every product the `gemm` crate would split: `caller`
+/// or `pool`.
+pub const THREADS_VARIABLE: &str = "KERNELS_GEMM_THREADS";
+
+/// A shape of matrix product, `[M, K] x [K, N]`, on one instruction set: the class that shares
+/// one choice of [`Threads`] (a layer's products repeat every call).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProductClass {
+    pub isa: &'static str,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+}
+
+/// What was measured for one shape of product, and what it chose.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadChoice {
+    pub class: ProductClass,
+    /// Each candidate's best time a call in microseconds, in the order of [`Threads::ALL`];
+    /// `None` where it was not run.
+    pub micros: [Option<f64>; 2],
+    /// The candidate that serves the class: `None` while it is still being measured.
+    pub chosen: Option<Threads>,
+}
+
+/// Every shape of product measured so far.
+static THREAD_TRIALS: LazyLock<Mutex<HashMap<ProductClass, Trial<Threads>>>> = LazyLock::new(Mutex::default);
+
+/// [`THREADS_VARIABLE`]'s value, read once: `None` when unset (an invalid value is reported on
+/// stderr and ignored).
+fn forced_threads() -> Option<Threads> {
+    static FORCED: OnceLock<Option<Threads>> = OnceLock::new();
+    *FORCED.get_or_init(|| {
+        let value = std::env::var(THREADS_VARIABLE).ok().filter(|v| !v.is_empty())?;
+        Threads::parse(&value).map_err(|error| eprintln!("warning: {error}; measuring")).ok()
+    })
+}
+
+/// Runs the product `run` of `class` where its [`Threads`] say ([`THREADS_VARIABLE`], else the
+/// measured choice, else the candidate the measurement needs next), timing it, the hand-over to
+/// the pool included, while the class is being measured.
+pub(crate) fn with_threads<R>(class: ProductClass, run: impl FnOnce(Threads) -> R) -> R {
+    match forced_threads() {
+        Some(threads) => run(threads),
+        None => with_choice(&THREAD_TRIALS, class, &Threads::ALL, 1, run),
+    }
+}
+
+/// What each shape of product measured so far, and its choice, sorted by shape.
+pub fn gemm_choices() -> Vec<ThreadChoice> {
+    let mut choices: Vec<ThreadChoice> = locked(&THREAD_TRIALS)
+        .iter()
+        .map(|(class, trial)| ThreadChoice { class: *class, micros: trial.best_times(1e6), chosen: trial.chosen })
         .collect();
     choices.sort_by_key(|choice| choice.class);
     choices
@@ -356,6 +483,16 @@ mod tests {
             trial.record(Tiles::Two, 1.2, candidates);
         }
         assert_eq!(trial.chosen, Some(Tiles::Two));
+    }
+
+    #[test]
+    fn the_threads_override_is_caller_or_pool() {
+        assert_eq!(Threads::parse(" caller "), Ok(Threads::Caller));
+        assert_eq!(Threads::parse("pool"), Ok(Threads::Pool));
+        for bad in ["1", "all", ""] {
+            let error = Threads::parse(bad).unwrap_err();
+            assert!(error.contains(THREADS_VARIABLE), "{error}");
+        }
     }
 
     #[test]

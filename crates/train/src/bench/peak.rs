@@ -211,6 +211,51 @@ pub fn tile_choices_table() -> String {
     table
 }
 
+/// The GEMM's choices of threads, one line per shape of product that crossed the `gemm` crate's
+/// threading threshold (`kernels::tuning::gemm_choices`): each candidate's best time a call, and
+/// the one chosen, as a Markdown table.
+pub fn gemm_choices_table() -> String {
+    let choices = kernels::tuning::gemm_choices();
+    if choices.is_empty() {
+        return "no product crossed the threading threshold: every one ran on its caller's thread\n".into();
+    }
+    let mut table =
+        String::from("| isa | [M, K] x [K, N] | caller's thread µs | pool µs | chosen |\n|---|---|---:|---:|---|\n");
+    for choice in choices {
+        let micros = |m: Option<f64>| m.map_or("-".into(), |m| format!("{m:.1}"));
+        let class = choice.class;
+        table.push_str(&format!(
+            "| {} | [{}, {}] x [{}, {}] | {} | {} | {} |\n",
+            class.isa,
+            class.m,
+            class.k,
+            class.k,
+            class.n,
+            micros(choice.micros[0]),
+            micros(choice.micros[1]),
+            choice.chosen.map_or("measuring".into(), |threads| format!("{threads:?}").to_lowercase()),
+        ));
+    }
+    table
+}
+
+/// [`gemm_choices_table`]'s rows as JSON.
+pub fn gemm_choices_json() -> serde_json::Value {
+    kernels::tuning::gemm_choices()
+        .into_iter()
+        .map(|choice| {
+            serde_json::json!({
+                "isa": choice.class.isa,
+                "m": choice.class.m,
+                "k": choice.class.k,
+                "n": choice.class.n,
+                "micros": choice.micros,
+                "chosen": choice.chosen.map(|threads| format!("{threads:?}").to_lowercase()),
+            })
+        })
+        .collect()
+}
+
 /// [`tile_choices_table`]'s rows as JSON.
 pub fn tile_choices_json() -> serde_json::Value {
     kernels::tuning::tile_choices()
