@@ -376,11 +376,12 @@ fn run_keras(
     let layer = keras_layer(fixture, config, weights, device)?;
     let causal = fixture.config.get("use_causal_mask").and_then(Value::as_bool).unwrap_or(false);
     let call = || -> Result<KerasMhaInput> {
-        let mut input = KerasMhaInput::new(
-            fixture.tensor("inputs.query")?.to_tensor("inputs.query", device)?,
-            fixture.tensor("inputs.value")?.to_tensor("inputs.value", device)?,
-        )
-        .use_causal_mask(causal);
+        let (query, value) = (fixture.tensor("inputs.query")?, fixture.tensor("inputs.value")?);
+        // A value that is the query, and no key: self-attention, which takes the packed path.
+        let one_input = query == value && !fixture.tensors.contains("inputs.key");
+        let input =
+            KerasMhaInput::new(query.to_tensor("inputs.query", device)?, value.to_tensor("inputs.value", device)?);
+        let mut input = KerasMhaInput { self_attention: one_input, ..input }.use_causal_mask(causal);
         if fixture.tensors.contains("inputs.key") {
             input = input.key(fixture.tensor("inputs.key")?.to_tensor("inputs.key", device)?);
         }
@@ -418,6 +419,9 @@ fn run_torch(fixture: &Fixture, config: &TorchMhaConfig, device: &Device) -> Res
         let is_causal = fixture.config.get("is_causal").and_then(Value::as_bool).unwrap_or(false);
         let mut call = TorchMhaInput::new(input("inputs.query")?, input("inputs.key")?, input("inputs.value")?)
             .is_causal(is_causal);
+        // Query, key and value of one tensor: self-attention, which takes the packed path.
+        let parts = ["inputs.query", "inputs.key", "inputs.value"].map(|name| fixture.tensor(name));
+        call.self_attention = matches!(&parts, [Ok(q), Ok(k), Ok(v)] if q == k && k == v);
         if fixture.tensors.contains("inputs.key_padding_mask") {
             call = call.key_padding_mask(
                 fixture.tensor("inputs.key_padding_mask")?.to_bool_tensor("inputs.key_padding_mask", device)?,

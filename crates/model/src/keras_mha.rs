@@ -41,7 +41,7 @@ use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::activation::sigmoid;
 use burn::tensor::{Bool, Device, Tensor, TensorData};
-use kernels::linear_forward;
+use kernels::{Dense, linear_forward};
 
 use crate::attention::{
     AttentionCall, AttentionPath, FullyMaskedRows, Operands, Probs, fresh_seed, merge_heads, probs_dropout, split_heads,
@@ -390,6 +390,9 @@ pub struct KerasMhaInput {
     pub training: bool,
     /// Also return the per-head probabilities (Keras' `return_attention_scores=True`).
     pub return_attention_scores: bool,
+    /// Query, value and key are one tensor ([`KerasMhaInput::self_attention`]): on the fused
+    /// kernel one product then makes all three projections ([`Operands::Packed`]).
+    pub self_attention: bool,
 }
 
 impl KerasMhaInput {
@@ -406,7 +409,14 @@ impl KerasMhaInput {
             use_causal_mask: false,
             training: false,
             return_attention_scores: false,
+            self_attention: false,
         }
+    }
+
+    /// `layer(x, x)`: self-attention, known to be so (see [`KerasMhaInput::self_attention`]'s
+    /// field).
+    pub fn self_attention(x: Tensor<3>) -> Self {
+        Self { self_attention: true, ..Self::new(x.clone(), x) }
     }
 
     pub fn key(mut self, key: Tensor<3>) -> Self {
@@ -607,12 +617,24 @@ impl KerasMha {
     ) -> Result<KerasMhaOutput> {
         self.check_shapes(&input)?;
         let (h, k) = (self.num_heads, self.key_dim);
+        let one_input = input.self_attention && input.key.is_none();
         let key_input = input.key.unwrap_or_else(|| input.value.clone());
         let gate = self.gate.as_ref().map(|gate| sigmoid(split_heads(linear_forward(gate, input.query.clone()), h))); // [B, T, h, v]
 
-        let q = split_heads(linear_forward(&self.query, input.query), h); // [B, T, h, k]
-        let kk = split_heads(linear_forward(&self.key, key_input), h); // [B, S, h, k]
-        let v = split_heads(linear_forward(&self.value, input.value), h); // [B, S, h, v]
+        let device = input.query.device();
+        // Self-attention on the fused kernel: the query, key and value from one product, read by
+        // the kernel where it left them.
+        let packed = one_input && path.is_none_or(|path| path == AttentionPath::Kernel) && kernels::supports(&device);
+        let operands = if packed {
+            let joined = Dense::joined(&[&self.query, &self.key, &self.value]);
+            let qkv = linear_forward(joined, input.query); // [B, T, h·(2k + v)]
+            Operands::Packed { qkv, heads: h, key_dim: k, value_dim: self.value_dim }
+        } else {
+            let q = split_heads(linear_forward(&self.query, input.query), h); // [B, T, h, k]
+            let kk = split_heads(linear_forward(&self.key, key_input), h); // [B, S, h, k]
+            let v = split_heads(linear_forward(&self.value, input.value), h); // [B, S, h, v]
+            Operands::Apart { q, k: kk, v }
+        };
         // Keras rounds 1/sqrt(key_dim) to float32 before using it (0.5 for k = 4).
         let scale = (1.0 / (k as f64).sqrt()) as f32;
         // A seeded layer counts its dropout calls only, as Keras' seed generator advances only
@@ -620,9 +642,9 @@ impl KerasMha {
         let rate = if input.training { self.dropout } else { 0.0 };
         let seed =
             self.seed.filter(|_| rate > 0.0).map(|seed| [seed, self.dropout_calls.fetch_add(1, Ordering::Relaxed)]);
-        let dropout = probs_dropout(rate, seed, &q.device());
+        let dropout = probs_dropout(rate, seed, &device);
         let call = AttentionCall {
-            operands: Operands::Apart { q, k: kk, v },
+            operands,
             scale,
             allowed: input.attention_mask.map(|mask| mask.unsqueeze_dim(1)), // [B, 1, T, S]
             causal: input.use_causal_mask,

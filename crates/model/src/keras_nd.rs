@@ -177,6 +177,7 @@ impl KerasMha {
             use_causal_mask: false, // folded into the mask: Keras' causal mask is over axis 1 only
             training: input.training,
             return_attention_scores: input.return_attention_scores,
+            self_attention: false,
         };
         let result = self.forward_folded(flat, rows, None)?;
         let batch_sizes = layout.batch.iter().map(|&a| query_dims[a]);

@@ -127,7 +127,7 @@ impl TaskModel {
     pub fn forward(&self, x: Tensor<3>, attention_mask: Option<Tensor<3, Bool>>, training: bool) -> Result<Tensor<3>> {
         match self {
             TaskModel::Keras(m) => {
-                let mut input = KerasMhaInput::new(x.clone(), x).use_causal_mask(m.use_causal_mask).training(training);
+                let mut input = KerasMhaInput::self_attention(x).use_causal_mask(m.use_causal_mask).training(training);
                 input.attention_mask = attention_mask;
                 Ok(m.layer.forward(input)?.output)
             }

@@ -29,7 +29,7 @@ pub fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut layer = KerasMhaConfig::new(heads, key_dim, features).init(&device)?;
     let x = Tensor::<3>::random([batch, seq_len, features], Distribution::Normal(0.0, 1.0), &device); // [B, T, D]
     let target = Tensor::<3>::random([batch, seq_len, features], Distribution::Normal(0.0, 1.0), &device); // [B, T, D]
-    let input = |x: &Tensor<3>| KerasMhaInput { use_causal_mask: causal, ..KerasMhaInput::new(x.clone(), x.clone()) };
+    let input = |x: &Tensor<3>| KerasMhaInput { use_causal_mask: causal, ..KerasMhaInput::self_attention(x.clone()) };
     let mut optimizer = AdamConfig::new().init();
 
     // Inference on the layer without autodiff, as `cargo xtask bench` times it: on the autodiff

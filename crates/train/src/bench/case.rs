@@ -280,7 +280,7 @@ pub fn call(model: &TaskModel, x: Tensor<3>, masks: &Masks, call: CallKind, trai
     let scores = call == CallKind::Scores;
     Ok(match model {
         TaskModel::Keras(m) => {
-            let mut input = KerasMhaInput::new(x.clone(), x)
+            let mut input = KerasMhaInput::self_attention(x)
                 .use_causal_mask(m.use_causal_mask)
                 .training(training)
                 .return_attention_scores(scores);
