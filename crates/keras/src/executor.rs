@@ -194,7 +194,7 @@ impl KerasModel {
                     CallMask::None => None,
                 };
                 let previous_mask = explicit_mask.or(first_mask);
-                let call = Call { what: &what, args, kwargs, training, mask, previous_mask };
+                let call = Call { what: &what, args, kwargs, training, mask, previous_mask, node: Some(node) };
                 let outputs = self.layers[node.layer].call(&call)?;
                 values[index] = Some(outputs);
                 if self.layers[node.layer].clears_input_masks() {

@@ -85,7 +85,7 @@ use serde_json::Value as Json;
 
 use crate::activation::Activation;
 use crate::config::LayerArgs;
-use crate::graph::LayerSpec;
+use crate::graph::{Arg, LayerSpec, Node, Port};
 use crate::saved::{SavedWeights, VarReader};
 use crate::torch::{TorchCall, TorchModule};
 use crate::value::{DynTensor, Value};
@@ -256,6 +256,9 @@ pub struct Call<'a> {
     /// The first argument's mask, or an explicit `mask=` (Keras' `previous_mask`, what
     /// `compute_mask` reads).
     pub previous_mask: Option<DynTensor>,
+    /// The graph node this call runs (none for a wrapper's inner call): which output each
+    /// argument reads ([`Call::port`]).
+    pub node: Option<&'a Node>,
 }
 
 impl Call<'_> {
@@ -281,6 +284,21 @@ impl Call<'_> {
     /// The `index`-th positional argument, or the keyword `name`.
     pub fn arg(&self, index: usize, name: &str) -> Option<&Input> {
         self.args.get(index).or_else(|| self.kwarg(name))
+    }
+
+    /// The graph output that the tensor argument at position `index` (or keyword `name`) reads,
+    /// where the call runs a graph node: two arguments of one port are one tensor (`layer(x, x)`).
+    pub fn port(&self, index: usize, name: &str) -> Option<Port> {
+        let node = self.node?;
+        let arg = node.args.get(index).or_else(|| node.kwargs.iter().find(|(k, _)| k == name).map(|(_, a)| a))?;
+        match arg {
+            Arg::Tensor(port) => Some(*port),
+            Arg::List(items) => match items.as_slice() {
+                [Arg::Tensor(port)] => Some(*port),
+                _ => None,
+            },
+            Arg::Const(_) => None,
+        }
     }
 
     /// The tensor at position `index` (or keyword `name`).

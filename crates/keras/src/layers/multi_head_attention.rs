@@ -39,7 +39,10 @@ impl KerasLayer for MultiHeadAttention {
     fn call(&self, call: &Call) -> Result<Vec<Value>> {
         let query = call.tensor(0, "query")?;
         let value = call.tensor(1, "value")?;
-        let key = call.opt_tensor(2, "key");
+        // `layer(x, x)` (or `layer(x, x, x)`): one tensor, which the projections read once.
+        let query_port = call.port(0, "query");
+        let one_input = query_port.is_some() && call.port(1, "value") == query_port;
+        let key = call.opt_tensor(2, "key").filter(|_| !(one_input && call.port(2, "key") == query_port));
         let attention_mask = call.opt_tensor(usize::MAX, "attention_mask").map(|v| v.tensor);
         let scores_wanted = call.flag("return_attention_scores", false);
         let causal = call.flag("use_causal_mask", false);
@@ -49,7 +52,8 @@ impl KerasLayer for MultiHeadAttention {
             let bool2 = |m: Option<DynTensor>| -> Result<Option<Tensor<2, Bool>>> {
                 m.map(|m| Ok(m.rank_n::<2>("a [B, T] mask")?.not_equal_elem(0.0))).transpose()
             };
-            let mut input = KerasMhaInput::new(query.tensor.rank_n::<3>("query")?, value.tensor.rank_n::<3>("value")?)
+            let input = KerasMhaInput::new(query.tensor.rank_n::<3>("query")?, value.tensor.rank_n::<3>("value")?);
+            let mut input = KerasMhaInput { self_attention: one_input, ..input }
                 .use_causal_mask(causal)
                 .training(call.training())
                 .return_attention_scores(scores_wanted);

@@ -49,6 +49,7 @@ impl KerasLayer for TimeDistributed {
             training: call.training,
             mask: None,
             previous_mask: None,
+            node: None,
         };
         let outputs = self.inner().call(&inner)?;
         let [output] = <[Value; 1]>::try_from(outputs).map_err(|_| call.error("the wrapped layer returns several outputs"))?;
