@@ -172,13 +172,7 @@ pub struct Gradients {
 /// `[B, S, h, dk]`, `value`: `[B, S, h, dv]`. Returns the output `[B, T, h, dv]` and what the
 /// backward pass needs.
 pub fn forward(query: &[f32], key: &[f32], value: &[f32], dims: Dims, scale: f32, mask: Mask) -> (Vec<f32>, Forward) {
-    let operands = [(query, dims.key_dim), (key, dims.key_dim), (value, dims.value_dim)];
-    forward_operands(
-        operands.map(|(values, width)| Operand { values, layout: Layout::heads_last(&dims, width) }),
-        dims,
-        scale,
-        mask,
-    )
+    forward_operands(Operand::heads_last([query, key, value], dims), dims, scale, mask)
 }
 
 /// [`forward`] of self-attention (`S = T`) whose query, key and value are the parts of one
@@ -206,6 +200,14 @@ struct Operand<'a> {
     layout: Layout,
 }
 
+impl<'a> Operand<'a> {
+    /// The query `[B, T, h, dk]`, key `[B, S, h, dk]` and value `[B, S, h, dv]`, each heads last.
+    fn heads_last([query, key, value]: [&'a [f32]; 3], dims: Dims) -> [Self; 3] {
+        [(query, dims.key_dim), (key, dims.key_dim), (value, dims.value_dim)]
+            .map(|(values, width)| Operand { values, layout: Layout::heads_last(&dims, width) })
+    }
+}
+
 /// [`forward`] that also returns the probabilities `[B, h, T, S]` (before dropout): each tile
 /// walks its keys a second time with its final `m_t` and `1 / l_t` and writes `p` row by row.
 pub fn forward_with_probs(
@@ -217,8 +219,7 @@ pub fn forward_with_probs(
     mask: Mask,
 ) -> (Vec<f32>, Vec<f32>) {
     let isa = Isa::best();
-    let operands = [(query, dims.key_dim), (key, dims.key_dim), (value, dims.value_dim)];
-    let operands = operands.map(|(values, width)| Operand { values, layout: Layout::heads_last(&dims, width) });
+    let operands = Operand::heads_last([query, key, value], dims);
     let (output, _, probs) = on_pool(Phase::AttentionForward, || {
         tuning::with_tiles(Pass::ForwardWithProbs, isa, dims, mask.causal, |tiles| {
             forward_with(isa, tiles, operands, dims, scale, mask, true)
@@ -345,18 +346,16 @@ impl Gradients {
 fn packed_grads([query, key, value]: [Buffer<f32>; 3], dims: Dims) -> Vec<f32> {
     let Dims { query_len, key_dim, value_dim, .. } = dims;
     let [query_at, key_at, value_at] = Layout::packed(&dims);
-    let total = dims.batch * query_len * Layout::packed_width(&dims);
-    let mut packed = Vec::with_capacity(total);
-    let out = &mut packed.spare_capacity_mut()[..total];
     let padded = dims.padded_query_len();
-    scatter_rows(&query, dims, query_len, padded, dims.key_width(), key_dim, query_at, out);
-    scatter_rows(&key, dims, query_len, padded, key_dim, key_dim, key_at, out);
-    scatter_rows(&value, dims, query_len, padded, value_dim, value_dim, value_at, out);
     // SAFETY: the three parts, `h·dk`, `h·dk` and `h·dv` wide from the row's start
-    // (`Layout::packed`), cover every row of the packed width, each written for every row and
-    // head above; a panic before this line leaves the length at 0.
-    unsafe { packed.set_len(total) };
-    packed
+    // (`Layout::packed`), cover every row of the packed width, each written for every row and head.
+    unsafe {
+        written(dims.batch * query_len * Layout::packed_width(&dims), |out| {
+            scatter_rows(&query, dims, query_len, padded, dims.key_width(), key_dim, query_at, out);
+            scatter_rows(&key, dims, query_len, padded, key_dim, key_dim, key_at, out);
+            scatter_rows(&value, dims, query_len, padded, value_dim, value_dim, value_at, out);
+        })
+    }
 }
 
 /// The backward pass on the pool, its padded gradients by pair ([`backward_with`]) laid out by
@@ -1477,20 +1476,34 @@ fn heads_last<T: Copy + Send + Sync>(
     padded_width: usize,
     width: usize,
 ) -> Vec<T> {
-    let total = dims.pairs() * len * width;
-    let mut out = Vec::with_capacity(total);
     let layout = Layout::heads_last(&dims, width);
-    scatter_rows(by_pair, dims, len, padded_len, padded_width, width, layout, &mut out.spare_capacity_mut()[..total]);
-    // SAFETY: `scatter_rows` wrote every element of the heads-last `[B, len, h, width]` (its rows
-    // have nothing between them); a panic before this line leaves the length at 0.
-    unsafe { out.set_len(total) };
+    // SAFETY: `scatter_rows` writes every element of the heads-last `[B, len, h, width]` (its
+    // rows have nothing between them).
+    unsafe {
+        written(dims.pairs() * len * width, |out| {
+            scatter_rows(by_pair, dims, len, padded_len, padded_width, width, layout, out)
+        })
+    }
+}
+
+/// A `Vec` of `len` elements, all of them written by `write` into fresh memory: no caller zeroes
+/// megabytes first only to overwrite them (at 8,512,256,8x32 the output and the three gradients
+/// are 17 MB a training step, which glibc's heap hands back uncleared).
+///
+/// # Safety
+/// `write` must write every element of the slice it is given. (If it panics, the `Vec` is
+/// dropped empty.)
+unsafe fn written<T>(len: usize, write: impl FnOnce(&mut [MaybeUninit<T>])) -> Vec<T> {
+    let mut out = Vec::with_capacity(len);
+    write(&mut out.spare_capacity_mut()[..len]);
+    // SAFETY: the caller's contract: every element below `len` is initialised.
+    unsafe { out.set_len(len) };
     out
 }
 
 /// `[pairs, len', W]` -> the real rows and features of an operand `[B, len, h, width]` where
 /// `layout` places it in `out` (which may hold other operands between its rows). Written, not
-/// read: `out` may be fresh memory, so that no caller zeroes megabytes first (at 8,512,256,8x32
-/// the output and the three gradients are 17 MB a training step).
+/// read: `out` may be fresh memory ([`written`]).
 #[allow(clippy::too_many_arguments)]
 fn scatter_rows<T: Copy + Send + Sync>(
     by_pair: &[T],
@@ -1676,8 +1689,7 @@ mod tests {
         let (dk, dv) = (last64(&dk, source_len, key_dim), last64(&dv, source_len, value_dim));
         let (q, k, v) = (last(&q, query_len, key_dim), last(&k, source_len, key_dim), last(&v, source_len, value_dim));
         let parts = [(&q[..], key_dim), (&k[..], key_dim), (&v[..], value_dim)];
-        let mut layouts =
-            vec![parts.map(|(values, width)| Operand { values, layout: Layout::heads_last(&dims, width) })];
+        let mut layouts = vec![Operand::heads_last([&q, &k, &v], dims)];
         // Self-attention's lengths: the three side by side in one packed projection too.
         let qkv = (query_len == source_len).then(|| side_by_side(&parts, dims.batch * query_len, dims.heads));
         layouts.extend(qkv.as_deref().map(|qkv| Layout::packed(&dims).map(|layout| Operand { values: qkv, layout })));
