@@ -61,35 +61,27 @@ pub trait FusedAttentionBackend: Backend {
     fn fused_self_attention(qkv: FloatTensor<Self>, dims: Dims, call: FusedCall) -> FloatTensor<Self>;
 }
 
-impl FusedAttentionBackend for Flex {
-    fn fused_attention(
-        query: FloatTensor<Self>,
-        key: FloatTensor<Self>,
-        value: FloatTensor<Self>,
-        call: FusedCall,
-    ) -> FloatTensor<Self> {
-        host_forward::<Self>(query, key, value, call).0
-    }
+/// The operations on a host-memory backend's own tensors, with no backward pass to record.
+macro_rules! host_attention_ops {
+    ($($backend:ty),*) => {$(
+        impl FusedAttentionBackend for $backend {
+            fn fused_attention(
+                query: FloatTensor<Self>,
+                key: FloatTensor<Self>,
+                value: FloatTensor<Self>,
+                call: FusedCall,
+            ) -> FloatTensor<Self> {
+                host_forward::<Self>(query, key, value, call).0
+            }
 
-    fn fused_self_attention(qkv: FloatTensor<Self>, dims: Dims, call: FusedCall) -> FloatTensor<Self> {
-        host_forward_packed::<Self>(qkv, dims, call).0
-    }
+            fn fused_self_attention(qkv: FloatTensor<Self>, dims: Dims, call: FusedCall) -> FloatTensor<Self> {
+                host_forward_packed::<Self>(qkv, dims, call).0
+            }
+        }
+    )*};
 }
 
-impl FusedAttentionBackend for NdArray {
-    fn fused_attention(
-        query: FloatTensor<Self>,
-        key: FloatTensor<Self>,
-        value: FloatTensor<Self>,
-        call: FusedCall,
-    ) -> FloatTensor<Self> {
-        host_forward::<Self>(query, key, value, call).0
-    }
-
-    fn fused_self_attention(qkv: FloatTensor<Self>, dims: Dims, call: FusedCall) -> FloatTensor<Self> {
-        host_forward_packed::<Self>(qkv, dims, call).0
-    }
-}
+host_attention_ops!(Flex, NdArray);
 
 impl<B: HostBackend, C: CheckpointStrategy> FusedAttentionBackend for Autodiff<B, C> {
     fn fused_attention(

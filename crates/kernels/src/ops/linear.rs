@@ -322,27 +322,20 @@ impl Dense {
     /// layer without a bias among layers with one adds zeros. Differentiable: each layer's
     /// weights get their part of the joined gradient.
     pub fn joined(layers: &[&Linear]) -> Self {
-        let weight = Tensor::cat(layers.iter().map(|layer| layer.weight.val()).collect(), 1); // [d_in, Σ d_out]
+        let layers: Vec<Dense> = layers.iter().map(|&layer| layer.into()).collect();
+        let weight = Tensor::cat(layers.iter().map(|layer| layer.weight.clone()).collect(), 1); // [d_in, Σ d_out]
         let bias = layers.iter().any(|layer| layer.bias.is_some()).then(|| {
-            let bias_of = |layer: &&Linear| match &layer.bias {
-                Some(bias) => bias.val(),
-                None => Tensor::zeros([layer.weight.dims()[1]], &layer.weight.device()),
-            };
-            Tensor::cat(layers.iter().map(bias_of).collect(), 0) // [Σ d_out]
+            Tensor::cat(layers.iter().map(Dense::bias_or_zeros).collect(), 0) // [Σ d_out]
         });
         Self { weight, bias }
     }
 
-    /// `d_out`.
-    pub fn width(&self) -> usize {
-        self.weight.dims()[1]
-    }
-
-    /// The bias for the fused ops, which take one: zeros (untracked) for a layer without.
-    fn bias_or_zeros(&self) -> FloatTensor<Dispatch> {
+    /// The bias `[d_out]`, zeros (untracked) for a layer without: for the fused ops, which take
+    /// one, and for layers joined with others that have one.
+    fn bias_or_zeros(&self) -> Tensor<1> {
         match &self.bias {
-            Some(bias) => bias.clone().into_dispatch(),
-            None => Tensor::<1>::zeros([self.width()], &self.weight.device()).into_dispatch(),
+            Some(bias) => bias.clone(),
+            None => Tensor::zeros([self.weight.dims()[1]], &self.weight.device()),
         }
     }
 }
@@ -376,14 +369,14 @@ pub fn linear_after(first: impl Into<Dense>, second: impl Into<Dense>, x: Tensor
     if !supports(&x.device()) || !z.is_tracked() || !pair.reassociates(x.is_tracked()) {
         return linear_forward(second, z);
     }
-    let (first_bias, bias) = (first.bias_or_zeros(), second.bias_or_zeros()); // [d_mid], [d_out]
+    let (first_bias, bias) = (first.bias_or_zeros(), second.bias_or_zeros());
     let y = <Dispatch as FusedLinearBackend>::fused_linear_after(
         x.reshape([batch * len, d_in]).into_dispatch(),  // [B·L, d_in]
         z.reshape([batch * len, d_mid]).into_dispatch(), // [B·L, d_mid]
         first.weight.into_dispatch(),                    // [d_in, d_mid]
-        first_bias,
-        second.weight.into_dispatch(), // [d_mid, d_out]
-        bias,
+        first_bias.into_dispatch(),                      // [d_mid]
+        second.weight.into_dispatch(),                   // [d_mid, d_out]
+        bias.into_dispatch(),                            // [d_out]
     );
     Tensor::<2>::from_dispatch(y).reshape([batch, len, d_out]) // [B, L, d_out]
 }
