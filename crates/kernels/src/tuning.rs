@@ -287,6 +287,18 @@ where
     out
 }
 
+/// Every class of one kind measured so far, sorted: its candidates' best times (scaled by
+/// `scale`, in the candidates' order) and its choice.
+fn measured<K: Ord + Copy, C: Candidate>(
+    trials: &'static LazyLock<Mutex<HashMap<K, Trial<C>>>>,
+    scale: f64,
+) -> Vec<(K, [Option<f64>; 2], Option<C>)> {
+    let mut all: Vec<_> =
+        locked(trials).iter().map(|(class, trial)| (*class, trial.best_times(scale), trial.chosen)).collect();
+    all.sort_by_key(|(class, ..)| *class);
+    all
+}
+
 /// Every class of the tiles' choice measured so far.
 static TILE_TRIALS: LazyLock<Mutex<HashMap<Class, Trial<Tiles>>>> = LazyLock::new(Mutex::default);
 
@@ -301,14 +313,17 @@ pub fn tiles_to_measure(isa: Isa) -> &'static [Tiles] {
     }
 }
 
-/// [`TILES_VARIABLE`]'s value, read once: `None` when unset (an invalid value is reported on
-/// stderr and ignored).
+/// The candidate an environment variable forces: `None` when unset (an invalid value is
+/// reported on stderr and ignored, and the choice measured).
+fn forced<C>(variable: &str, parse: fn(&str) -> Result<C, String>) -> Option<C> {
+    let value = std::env::var(variable).ok().filter(|v| !v.is_empty())?;
+    parse(&value).map_err(|error| eprintln!("warning: {error}; measuring")).ok()
+}
+
+/// [`TILES_VARIABLE`]'s value, read once ([`forced`]).
 fn forced_tiles() -> Option<Tiles> {
     static FORCED: OnceLock<Option<Tiles>> = OnceLock::new();
-    *FORCED.get_or_init(|| {
-        let value = std::env::var(TILES_VARIABLE).ok().filter(|v| !v.is_empty())?;
-        Tiles::parse(&value).map_err(|error| eprintln!("warning: {error}; measuring")).ok()
-    })
+    *FORCED.get_or_init(|| forced(TILES_VARIABLE, Tiles::parse))
 }
 
 /// Runs `run` with the [`Tiles`] of its class ([`TILES_VARIABLE`], else the measured choice,
@@ -330,12 +345,8 @@ pub(crate) fn with_tiles<R>(pass: Pass, isa: Isa, dims: Dims, causal: bool, run:
 
 /// What each class measured so far, and its choice, sorted by class.
 pub fn tile_choices() -> Vec<TileChoice> {
-    let mut choices: Vec<TileChoice> = locked(&TILE_TRIALS)
-        .iter()
-        .map(|(class, trial)| TileChoice { class: *class, nanos: trial.best_times(1e12), chosen: trial.chosen })
-        .collect();
-    choices.sort_by_key(|choice| choice.class);
-    choices
+    let measured = measured(&TILE_TRIALS, 1e12).into_iter();
+    measured.map(|(class, nanos, chosen)| TileChoice { class, nanos, chosen }).collect()
 }
 
 /// Where a matrix product runs: on the caller's thread alone, or on rayon's pool with every
@@ -392,14 +403,10 @@ pub struct ThreadChoice {
 /// Every shape of product measured so far.
 static THREAD_TRIALS: LazyLock<Mutex<HashMap<ProductClass, Trial<Threads>>>> = LazyLock::new(Mutex::default);
 
-/// [`THREADS_VARIABLE`]'s value, read once: `None` when unset (an invalid value is reported on
-/// stderr and ignored).
+/// [`THREADS_VARIABLE`]'s value, read once ([`forced`]).
 fn forced_threads() -> Option<Threads> {
     static FORCED: OnceLock<Option<Threads>> = OnceLock::new();
-    *FORCED.get_or_init(|| {
-        let value = std::env::var(THREADS_VARIABLE).ok().filter(|v| !v.is_empty())?;
-        Threads::parse(&value).map_err(|error| eprintln!("warning: {error}; measuring")).ok()
-    })
+    *FORCED.get_or_init(|| forced(THREADS_VARIABLE, Threads::parse))
 }
 
 /// Runs the product `run` of `class` where its [`Threads`] say ([`THREADS_VARIABLE`], else the
@@ -414,12 +421,8 @@ pub(crate) fn with_threads<R>(class: ProductClass, run: impl FnOnce(Threads) -> 
 
 /// What each shape of product measured so far, and its choice, sorted by shape.
 pub fn gemm_choices() -> Vec<ThreadChoice> {
-    let mut choices: Vec<ThreadChoice> = locked(&THREAD_TRIALS)
-        .iter()
-        .map(|(class, trial)| ThreadChoice { class: *class, micros: trial.best_times(1e6), chosen: trial.chosen })
-        .collect();
-    choices.sort_by_key(|choice| choice.class);
-    choices
+    let measured = measured(&THREAD_TRIALS, 1e6).into_iter();
+    measured.map(|(class, micros, chosen)| ThreadChoice { class, micros, chosen }).collect()
 }
 
 #[cfg(test)]
