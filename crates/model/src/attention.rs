@@ -105,6 +105,12 @@ impl Operands {
         }
     }
 
+    /// Whether a call on one input makes its query, key and value in one product ([`Operands::Packed`]):
+    /// where `path` (`None`: the fastest) is the fused kernel, the one path that reads them packed.
+    pub fn packs(path: Option<AttentionPath>, device: &Device) -> bool {
+        path.is_none_or(|path| path == AttentionPath::Kernel) && kernels::supports(device)
+    }
+
     fn device(&self) -> Device {
         match self {
             Operands::Apart { q, .. } => q.device(),
@@ -192,7 +198,8 @@ impl AttentionCall {
             // kernel's keep-mask is drawn here too.
             AttentionPath::Kernel => {
                 let probs = (self.probs != Probs::None).then(|| {
-                    let probs = masked_softmax(self.logits(), self.blocked(), self.rows); // [B, h, T, S]
+                    let (q, k, _) = self.operands.clone().apart();
+                    let probs = masked_softmax(self.logits(q, k), self.blocked(), self.rows); // [B, h, T, S]
                     match self.probs {
                         Probs::AfterDropout => dropout_probs(probs, self.dropout),
                         _ => probs,
@@ -213,8 +220,8 @@ impl AttentionCall {
                 (burn_fused_attention(q, k, v, blocked), None) // [B, T, h, dv]
             }
             AttentionPath::Exact => {
-                let (logits, blocked) = (self.logits(), self.blocked()); // [B, h, T, S]
-                let (_, _, v) = self.operands.apart();
+                let (q, k, v) = self.operands.clone().apart();
+                let (logits, blocked) = (self.logits(q, k), self.blocked()); // [B, h, T, S]
                 let v = transpose_heads(v); // [B, h, S, dv]
                 let (context, probs) = match self.probs {
                     Probs::AfterDropout => {
@@ -268,9 +275,9 @@ impl AttentionCall {
         Some(blocked.expand(shape)) // [B, h, T, S]
     }
 
-    /// The scaled logits plus the bias, `[B, h, T, S]`, for the decomposed paths.
-    fn logits(&self) -> Tensor<4> {
-        let (q, k, _) = self.operands.clone().apart();
+    /// The scaled logits of the call's query and key plus the bias, `[B, h, T, S]`, for the
+    /// decomposed paths.
+    fn logits(&self, q: Tensor<4>, k: Tensor<4>) -> Tensor<4> {
         let logits = scaled_logits(q, k, self.scale); // [B, h, T, S]
         match &self.bias {
             Some(bias) => logits + bias.clone().expand(self.score_shape()),

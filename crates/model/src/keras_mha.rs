@@ -624,7 +624,7 @@ impl KerasMha {
         let device = input.query.device();
         // Self-attention on the fused kernel: the query, key and value from one product, read by
         // the kernel where it left them.
-        let packed = one_input && path.is_none_or(|path| path == AttentionPath::Kernel) && kernels::supports(&device);
+        let packed = one_input && Operands::packs(path, &device);
         let operands = if packed {
             let joined = Dense::joined(&[&self.query, &self.key, &self.value]);
             let qkv = linear_forward(joined, input.query); // [B, T, h·(2k + v)]

@@ -450,11 +450,8 @@ impl TorchMha {
         let (mut key_padding_mask, mut attn_mask) = (input.key_padding_mask, input.attn_mask);
         // Self-attention on the fused kernel: the query, key and value from one product, read by
         // the kernel where it left them (no key or value rows appended).
-        let packed = input.self_attention
-            && self.bias_k.is_none()
-            && !self.add_zero_attn
-            && path.is_none_or(|path| path == AttentionPath::Kernel)
-            && kernels::supports(&device);
+        let packed =
+            input.self_attention && self.bias_k.is_none() && !self.add_zero_attn && Operands::packs(path, &device);
         let (operands, source_len) = if packed {
             let qkv = project(Dense::joined(&[&self.query, &self.key, &self.value]), query); // [B, T, 3E]
             (Operands::Packed { qkv, heads: h, key_dim: e / h, value_dim: e / h }, source_len)
