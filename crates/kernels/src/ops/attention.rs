@@ -17,7 +17,7 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Autodiff, Backend, Dispatch, Flex, NdArray, TensorMetadata, backend_extension};
 use burn::tensor::{Bool, Tensor, TensorData};
 
-use super::host::{HostBackend, HostBoolBackend};
+use super::host::{HostBackend, HostBoolBackend, OutputGrad};
 use crate::attention as kernel;
 use crate::bias::FloatBias;
 use crate::dims::{Dims, FullyMaskedRows, Layout};
@@ -121,13 +121,11 @@ impl<B: HostBackend> Backward<B, 3> for FusedAttentionBackward {
     type State = Arc<kernel::Forward>;
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
-        let output_grad = grads.consume::<B>(&ops.node); // [B, T, h, dv]
-        let (device, dtype) = (output_grad.device(), output_grad.dtype());
-        let output_grad = B::host_values(output_grad);
-        let kernel::Gradients { query, key, value } = kernel::backward(&ops.state, &output_grad);
+        let output_grad = OutputGrad::<B>::consume(grads, &ops); // [B, T, h, dv]
+        let kernel::Gradients { query, key, value } = kernel::backward(&ops.state, &output_grad.values);
         for ((node, grad), shape) in ops.parents.into_iter().zip([query, key, value]).zip(ops.state.dims.shapes()) {
             if let Some(node) = node {
-                grads.register::<B>(node.id, B::from_host(grad, &shape, dtype, &device));
+                output_grad.register(grads, node.id, grad, &shape);
             }
         }
     }
@@ -141,15 +139,12 @@ impl<B: HostBackend> Backward<B, 1> for PackedAttentionBackward {
     type State = Arc<kernel::Forward>;
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
-        let output_grad = grads.consume::<B>(&ops.node); // [B, T, h, dv]
-        let (device, dtype) = (output_grad.device(), output_grad.dtype());
-        let output_grad = B::host_values(output_grad);
-        let [node] = ops.parents;
-        if let Some(node) = node {
+        let output_grad = OutputGrad::<B>::consume(grads, &ops); // [B, T, h, dv]
+        if let [Some(node)] = &ops.parents {
             let dims = ops.state.dims;
-            let grad = kernel::backward_packed(&ops.state, &output_grad); // [B, T, h·(dk + dk + dv)]
+            let grad = kernel::backward_packed(&ops.state, &output_grad.values); // [B, T, h·(dk + dk + dv)]
             let shape = [dims.batch, dims.query_len, Layout::packed_width(&dims)];
-            grads.register::<B>(node.id, B::from_host(grad, &shape, dtype, &device));
+            output_grad.register(grads, node.id, grad, &shape);
         }
     }
 }

@@ -11,7 +11,10 @@
 
 use std::ops::Deref;
 
+use burn::backend::autodiff::NodeId;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::Ops;
 use burn::backend::flex::FlexTensor;
 use burn::backend::tensor::{BoolTensor, FloatTensor};
 use burn::backend::{Autodiff, Backend, Flex, NdArray, TensorMetadata, backend_extension};
@@ -77,6 +80,28 @@ impl HostBackend for Flex {
 }
 
 impl HostBackend for NdArray {}
+
+/// A backward step's output gradient on the host, with the device and dtype that the gradients it
+/// yields for the step's inputs take.
+pub(crate) struct OutputGrad<B: Backend> {
+    pub values: HostValues,
+    device: B::Device,
+    dtype: DType,
+}
+
+impl<B: HostBackend> OutputGrad<B> {
+    /// The output gradient of `ops`, consumed from `grads` (read in place where `B` allows).
+    pub(crate) fn consume<S, const N: usize>(grads: &mut Gradients, ops: &Ops<S, N>) -> Self {
+        let grad = grads.consume::<B>(&ops.node);
+        let (device, dtype) = (grad.device(), grad.dtype());
+        Self { values: B::host_values(grad), device, dtype }
+    }
+
+    /// Registers `values` (row-major `shape`) as node `id`'s gradient.
+    pub(crate) fn register(&self, grads: &mut Gradients, id: NodeId, values: Vec<f32>, shape: &[usize]) {
+        grads.register::<B>(id, B::from_host(values, shape, self.dtype, &self.device));
+    }
+}
 
 /// A boolean tensor's entries on the host, row-major: flex's contiguous buffer read in place, any
 /// other through `into_data`, which first copies a shared tensor out of its buffer (a mask reused

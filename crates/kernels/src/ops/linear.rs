@@ -30,7 +30,7 @@ use burn::nn::Linear;
 use burn::tensor::Tensor;
 
 use super::attention::supports;
-use super::host::{HostBackend, HostValues};
+use super::host::{HostBackend, HostValues, OutputGrad};
 use crate::gemm::{View, matmul, matmul_bias};
 
 /// `x W` and `x W + b` for `x: [M, K]`, `W: [K, N]` and `b: [N]`: the GEMM on the backend's
@@ -164,25 +164,21 @@ impl<B: HostBackend, const N: usize> Backward<B, N> for LinearBackward {
     type State = Arc<Saved>;
 
     fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
-        let output_grad = grads.consume::<B>(&ops.node); // [M, N]
-        let (device, dtype) = (output_grad.device(), output_grad.dtype());
-        let dy = B::host_values(output_grad);
+        let output_grad = OutputGrad::<B>::consume(grads, &ops);
+        let dy = &output_grad.values; // [M, N]
         let Saved { x, weight, m, k, n } = &*ops.state;
-        let register = |grads: &mut Gradients, id, values: Vec<f32>, shape: &[usize]| {
-            grads.register::<B>(id, B::from_host(values, shape, dtype, &device));
-        };
         let mut parents = ops.parents.into_iter();
         if let Some(node) = parents.next().flatten() {
             let dx = matmul(View::new(&dy, *m, *n), View::new(weight, *k, *n).t()); // [M, K]
-            register(grads, node.id, dx, &[*m, *k]);
+            output_grad.register(grads, node.id, dx, &[*m, *k]);
         }
         if let Some(node) = parents.next().flatten() {
             let dw = matmul(View::new(x, *m, *k).t(), View::new(&dy, *m, *n)); // [K, N]
-            register(grads, node.id, dw, &[*k, *n]);
+            output_grad.register(grads, node.id, dw, &[*k, *n]);
         }
         if let Some(node) = parents.next().flatten() {
             let db = column_sums(&dy, *n); // [N]
-            register(grads, node.id, db, &[*n]);
+            output_grad.register(grads, node.id, db, &[*n]);
         }
     }
 }
@@ -235,14 +231,10 @@ impl<B: HostBackend> Backward<B, 5> for PairBackward {
     type State = Arc<PairSaved>;
 
     fn backward(self, ops: Ops<Self::State, 5>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
-        let output_grad = grads.consume::<B>(&ops.node); // [M, N]
-        let (device, dtype) = (output_grad.device(), output_grad.dtype());
-        let dy = B::host_values(output_grad);
+        let output_grad = OutputGrad::<B>::consume(grads, &ops);
+        let dy = &output_grad.values; // [M, N]
         let PairSaved { x, first_weight, first_bias, weight, pair } = &*ops.state;
         let LinearPair { m, d, e, n } = *pair;
-        let register = |grads: &mut Gradients, id, values: Vec<f32>, shape: &[usize]| {
-            grads.register::<B>(id, B::from_host(values, shape, dtype, &device));
-        };
         let [x_node, first_weight_node, first_bias_node, weight_node, bias_node] = ops.parents;
         let (dy_rows, w) = (View::new(&dy, m, n), View::new(weight, e, n));
         let sums = column_sums(&dy, n); // Σ_rows dy [N]
@@ -253,25 +245,25 @@ impl<B: HostBackend> Backward<B, 5> for PairBackward {
         if let Some(node) = x_node {
             let chained = matmul(View::new(first_weight, d, e), w); // P W [D, N]
             let dx = matmul(dy_rows, View::new(&chained, d, n).t()); // [M, D]
-            register(grads, node.id, dx, &[m, d]);
+            output_grad.register(grads, node.id, dx, &[m, d]);
         }
         if let Some(node) = first_weight_node {
             let dp = matmul(View::new(&g, d, n), w.t()); // G Wᵀ [D, E]
-            register(grads, node.id, dp, &[d, e]);
+            output_grad.register(grads, node.id, dp, &[d, e]);
         }
         if let Some(node) = first_bias_node {
             let dp = matmul(View::new(&sums, 1, n), w.t()); // [1, E]
-            register(grads, node.id, dp, &[e]);
+            output_grad.register(grads, node.id, dp, &[e]);
         }
         if let Some(node) = weight_node {
             let mut dw = matmul(View::new(first_weight, d, e).t(), View::new(&g, d, n)); // Pᵀ G [E, N]
             for (row, &p) in dw.chunks_exact_mut(n).zip(first_bias.iter()) {
                 row.iter_mut().zip(&sums).for_each(|(dw, s)| *dw += p * s); // + p ⊗ Σ_rows dy
             }
-            register(grads, node.id, dw, &[e, n]);
+            output_grad.register(grads, node.id, dw, &[e, n]);
         }
         if let Some(node) = bias_node {
-            register(grads, node.id, sums, &[n]);
+            output_grad.register(grads, node.id, sums, &[n]);
         }
     }
 }
