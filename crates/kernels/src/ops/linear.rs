@@ -169,15 +169,15 @@ impl<B: HostBackend, const N: usize> Backward<B, N> for LinearBackward {
         let Saved { x, weight, m, k, n } = &*ops.state;
         let mut parents = ops.parents.into_iter();
         if let Some(node) = parents.next().flatten() {
-            let dx = matmul(View::new(&dy, *m, *n), View::new(weight, *k, *n).t()); // [M, K]
+            let dx = matmul(View::new(dy, *m, *n), View::new(weight, *k, *n).t()); // [M, K]
             output_grad.register(grads, node.id, dx, &[*m, *k]);
         }
         if let Some(node) = parents.next().flatten() {
-            let dw = matmul(View::new(x, *m, *k).t(), View::new(&dy, *m, *n)); // [K, N]
+            let dw = matmul(View::new(x, *m, *k).t(), View::new(dy, *m, *n)); // [K, N]
             output_grad.register(grads, node.id, dw, &[*k, *n]);
         }
         if let Some(node) = parents.next().flatten() {
-            let db = column_sums(&dy, *n); // [N]
+            let db = column_sums(dy, *n); // [N]
             output_grad.register(grads, node.id, db, &[*n]);
         }
     }
@@ -236,8 +236,8 @@ impl<B: HostBackend> Backward<B, 5> for PairBackward {
         let PairSaved { x, first_weight, first_bias, weight, pair } = &*ops.state;
         let LinearPair { m, d, e, n } = *pair;
         let [x_node, first_weight_node, first_bias_node, weight_node, bias_node] = ops.parents;
-        let (dy_rows, w) = (View::new(&dy, m, n), View::new(weight, e, n));
-        let sums = column_sums(&dy, n); // Σ_rows dy [N]
+        let (dy_rows, w) = (View::new(dy, m, n), View::new(weight, e, n));
+        let sums = column_sums(dy, n); // Σ_rows dy [N]
         let g = match first_weight_node.is_some() || weight_node.is_some() {
             true => matmul(View::new(x, m, d).t(), dy_rows), // G = xᵀ dy [D, N]
             false => Vec::new(),
