@@ -38,7 +38,7 @@ pub mod tuning;
 pub use bias::FloatBias;
 pub use dims::{Dims, FullyMaskedRows};
 pub use dropout::KeepMask;
-pub use mask::BoolMask;
+pub use mask::{BoolMask, Marks};
 pub use ops::{
     Dense, FusedCall, LinearPair, fused_attention, fused_attention_with_probs, fused_self_attention, linear_after,
     linear_forward, supports,

@@ -10,7 +10,7 @@ use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, Device, Distribution, Tensor, TensorData};
 
-use kernels::{BoolMask, FloatBias, FusedCall, KeepMask};
+use kernels::{BoolMask, FloatBias, FusedCall, KeepMask, Marks};
 
 /// The logit given to a blocked (query, key) pair.
 ///
@@ -148,10 +148,10 @@ pub struct AttentionCall {
     /// What the logits are multiplied by; the query is scaled before the product, as Keras and
     /// torch do.
     pub scale: f32,
-    /// The allowed pairs, true = query `t` may attend key `s`, `[B|1, h|1, T|1, S]`; `None` = all.
-    pub allowed: Option<Tensor<4, Bool>>,
+    /// The pairs a boolean mask allows or blocks, `[B|1, h|1, T|1, S]`; `None` = all allowed.
+    pub mask: Option<PairMask>,
     /// Keras' and torch's top-left causal rule (key `s > t` blocked for query `t`), ANDed with
-    /// `allowed`.
+    /// `mask`.
     pub causal: bool,
     /// Finite values added to the scaled logits, `[B|1, h|1, T, S]` (torch's float `attn_mask`,
     /// whose `-inf` entries belong in `allowed`).
@@ -164,6 +164,25 @@ pub struct AttentionCall {
     pub probs: Probs,
 }
 
+/// A boolean mask over (query, key) pairs, `[B|1, h|1, T|1, S]`, in its library's polarity:
+/// Keras' `attention_mask` marks the pairs a query may attend, torch's masks the pairs it may not
+/// ([`Marks`]). Kept as given, not negated: at `[4096, 4096]` a negation took 1.4 ms a call.
+#[derive(Debug, Clone)]
+pub struct PairMask {
+    pub pairs: Tensor<4, Bool>,
+    pub marks: Marks,
+}
+
+impl PairMask {
+    /// The pairs a query may not attend, true = blocked.
+    fn blocked(self) -> Tensor<4, Bool> {
+        match self.marks {
+            Marks::Blocked => self.pairs,
+            Marks::Allowed => self.pairs.bool_not(),
+        }
+    }
+}
+
 impl AttentionCall {
     /// The fastest path that computes this call on its tensors' device.
     pub fn fastest_path(&self) -> AttentionPath {
@@ -173,7 +192,7 @@ impl AttentionCall {
             probs: self.probs != Probs::None,
             // burn's op takes no bias and zeroes fully masked rows, which only a mask can make
             // (the causal rule always allows key 0).
-            burn_masks_match: self.bias.is_none() && (self.allowed.is_none() || self.rows == FullyMaskedRows::Zero),
+            burn_masks_match: self.bias.is_none() && (self.mask.is_none() || self.rows == FullyMaskedRows::Zero),
         };
         AttentionPath::fastest(&self.operands.device(), traits)
     }
@@ -242,10 +261,12 @@ impl AttentionCall {
 
     /// The call for the fused kernel.
     fn fused_call(&self) -> FusedCall {
+        let (mask_is_causal, allowed) =
+            self.mask.clone().map_or((false, None), |mask| BoolMask::read(mask.pairs, mask.marks));
         FusedCall {
             scale: self.scale,
-            allowed: self.allowed.clone().map(BoolMask::from_tensor),
-            causal: self.causal,
+            allowed,
+            causal: self.causal || mask_is_causal,
             rows: self.rows,
             dropout: self.dropout,
             bias: self.bias.clone().map(|bias| FloatBias {
@@ -259,7 +280,7 @@ impl AttentionCall {
     /// when nothing is blocked.
     fn blocked(&self) -> Option<Tensor<4, Bool>> {
         let shape @ [_, _, query_len, source_len] = self.score_shape();
-        let from_mask = self.allowed.clone().map(|allowed| allowed.bool_not()); // [B|1, h|1, T|1, S]
+        let from_mask = self.mask.clone().map(PairMask::blocked); // [B|1, h|1, T|1, S]
         // tril_mask is true strictly above the diagonal: key s > query t.
         let from_causal = self.causal.then(|| {
             Tensor::<2, Bool>::tril_mask([query_len, source_len], 0, &self.operands.device()).unsqueeze::<4>()

@@ -41,10 +41,11 @@ use burn::module::Module;
 use burn::nn::Linear;
 use burn::tensor::activation::sigmoid;
 use burn::tensor::{Bool, Device, Tensor, TensorData};
-use kernels::{Dense, linear_forward};
+use kernels::{Dense, Marks, linear_forward};
 
 use crate::attention::{
-    AttentionCall, AttentionPath, FullyMaskedRows, Operands, Probs, fresh_seed, merge_heads, probs_dropout, split_heads,
+    AttentionCall, AttentionPath, FullyMaskedRows, Operands, PairMask, Probs, fresh_seed, merge_heads, probs_dropout,
+    split_heads,
 };
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
@@ -646,7 +647,7 @@ impl KerasMha {
         let call = AttentionCall {
             operands,
             scale,
-            allowed: input.attention_mask.map(|mask| mask.unsqueeze_dim(1)), // [B, 1, T, S]
+            mask: input.attention_mask.map(|mask| PairMask { pairs: mask.unsqueeze_dim(1), marks: Marks::Allowed }), // [B, 1, T, S]
             causal: input.use_causal_mask,
             bias: None,
             rows,

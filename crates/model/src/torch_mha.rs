@@ -26,10 +26,10 @@ use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Initializer, Linear};
 use burn::tensor::{Bool, Device, Tensor};
-use kernels::{Dense, linear_after, linear_forward};
+use kernels::{Dense, Marks, linear_after, linear_forward};
 
 use crate::attention::{
-    AttentionCall, AttentionPath, FullyMaskedRows, Operands, Probs, merge_heads, probs_dropout, split_heads,
+    AttentionCall, AttentionPath, FullyMaskedRows, Operands, PairMask, Probs, merge_heads, probs_dropout, split_heads,
 };
 use crate::dense::{linear, linear_weights};
 use crate::error::{ModelError, Result};
@@ -481,14 +481,14 @@ impl TorchMha {
             // The hint replaced attn_mask: SDPA's rule over all S' keys, appended ones included.
             attn_mask = Some(causal_mask(query_len, source_len, &device));
         }
-        let (allowed, bias) = fold_masks(key_padding_mask, attn_mask, [batch, h, query_len, source_len])?;
+        let (mask, bias) = fold_masks(key_padding_mask, attn_mask, [batch, h, query_len, source_len])?;
         // torch draws its masks from its global generator; this one from the device's.
         let dropout = probs_dropout(if input.training { self.dropout } else { 0.0 }, None, &device);
         let call = AttentionCall {
             operands,
             // torch scales q by sqrt(1 / head_dim) before the product.
             scale: (1.0 / (e / h) as f64).sqrt() as f32,
-            allowed,
+            mask,
             causal: false, // an is_causal hint is a mask above, as torch builds it
             bias,
             rows: FullyMaskedRows::Zero,
@@ -562,21 +562,22 @@ impl TorchMha {
     }
 }
 
-/// torch's masks folded into the shared call's form: the allowed pairs (true = may attend),
-/// `[B|1, h|1, T|1, S]`, `!key_padding_mask` `[B, 1, 1, S]` AND `!attn_mask` `[1|B, 1|h, T, S]`
-/// (for a float mask: its finite entries), `None` without masks; and a float mask's finite
-/// entries as the bias on the logits `[1|B, 1|h, T, S]` (its `-inf` entries 0). A `-inf` entry is
-/// thus a blocked pair, so that a fully blocked row gets zero attention instead of NaN.
+/// torch's masks folded into the shared call's form, in torch's polarity: the blocked pairs
+/// (true = may not attend), `[B|1, h|1, T|1, S]`, `key_padding_mask` `[B, 1, 1, S]` OR
+/// `attn_mask` `[1|B, 1|h, T, S]` (for a float mask: its `-inf` entries), `None` without masks;
+/// and a float mask's finite entries as the bias on the logits `[1|B, 1|h, T, S]` (its `-inf`
+/// entries 0). A `-inf` entry is thus a blocked pair, so that a fully blocked row gets zero
+/// attention instead of NaN.
 fn fold_masks(
     key_padding_mask: Option<Tensor<2, Bool>>, // [B, S], true = ignore
     attn_mask: Option<AttnMask>,
     shape: [usize; 4],
-) -> Result<(Option<Tensor<4, Bool>>, Option<Tensor<4>>)> {
+) -> Result<(Option<PairMask>, Option<Tensor<4>>)> {
     let [batch, heads, query_len, source_len] = shape;
     let from_padding = match key_padding_mask {
         Some(padding) => {
             check_dims("key_padding_mask", &padding.dims(), &[batch, source_len])?;
-            Some(padding.bool_not().reshape([batch, 1, 1, source_len])) // [B, 1, 1, S]
+            Some(padding.reshape([batch, 1, 1, source_len])) // [B, 1, 1, S]
         }
         None => None,
     };
@@ -587,26 +588,26 @@ fn fold_masks(
         Some(AttnMask::Bool(mask)) => {
             check_attn_mask(&mask.dims(), shape)?;
             let [n, _, _] = mask.dims();
-            (Some(mask.bool_not().reshape(per_slice(n))), None) // [1|B, 1|h, T, S]
+            (Some(mask.reshape(per_slice(n))), None) // [1|B, 1|h, T, S]
         }
         Some(AttnMask::Additive(mask)) => {
             check_attn_mask(&mask.dims(), shape)?;
             let [n, _, _] = mask.dims();
             let infinite = mask.clone().equal_elem(f32::NEG_INFINITY); // [1 | B*h, T, S]
             let bias = mask.mask_fill(infinite.clone(), 0.0).reshape(per_slice(n)); // [1|B, 1|h, T, S]
-            (Some(infinite.bool_not().reshape(per_slice(n))), Some(bias)) // [1|B, 1|h, T, S]
+            (Some(infinite.reshape(per_slice(n))), Some(bias)) // [1|B, 1|h, T, S]
         }
         None => (None, None),
     };
-    let allowed = match (from_padding, from_attn) {
+    let blocked = match (from_padding, from_attn) {
         (Some(padding), Some(attn)) => {
             let [_, mask_heads, _, _] = attn.dims();
             let both = [batch, mask_heads, query_len, source_len];
-            Some(padding.expand(both).bool_and(attn.expand(both))) // [B, h|1, T, S]
+            Some(padding.expand(both).bool_or(attn.expand(both))) // [B, h|1, T, S]
         }
         (padding, attn) => padding.or(attn),
     };
-    Ok((allowed, bias))
+    Ok((blocked.map(|pairs| PairMask { pairs, marks: Marks::Blocked }), bias))
 }
 
 /// Checks a `[1 | B*h, T, S]` mask's shape.

@@ -22,7 +22,7 @@ use crate::attention as kernel;
 use crate::bias::FloatBias;
 use crate::dims::{Dims, FullyMaskedRows, Layout};
 use crate::dropout::KeepMask;
-use crate::mask::{BoolMask, Mask};
+use crate::mask::{BoolMask, Marks, Mask};
 
 /// What a fused call attends: the scale of the logits and the mask of allowed pairs.
 #[derive(Debug, Clone)]
@@ -259,12 +259,13 @@ pub fn fused_attention_with_probs(
 }
 
 impl BoolMask {
-    /// A mask tensor (`true` = may attend) `[Bm, Hm, Tm, S]` read to the host, in place where
-    /// the backend allows ([`HostBoolBackend`]).
-    pub fn from_tensor(allowed: Tensor<4, Bool>) -> Self {
-        let dims = allowed.dims();
-        let allowed = <Dispatch as HostBoolBackend>::host_bools(allowed.into_dispatch());
-        Self { dims, allowed }
+    /// A mask tensor `[Bm, Hm, Tm, S]` whose `true` entries mark `marks`, read to the host in place
+    /// where the backend allows ([`HostBoolBackend`]) and compacted ([`BoolMask::compact_bytes`]):
+    /// whether it is the causal rule, and what is left of it.
+    pub fn read(mask: Tensor<4, Bool>, marks: Marks) -> (bool, Option<Self>) {
+        let dims = mask.dims();
+        let bytes = <Dispatch as HostBoolBackend>::host_bytes(mask.into_dispatch());
+        Self::compact_bytes(dims, &bytes, marks)
     }
 }
 
@@ -272,20 +273,26 @@ impl BoolMask {
 mod tests {
     use burn::tensor::{Bool, Device, Tensor, TensorData};
 
-    use crate::mask::BoolMask;
+    use crate::mask::{BoolMask, Marks};
 
     /// The same mask read from flex in place (with and without autodiff), from a view that is not
-    /// contiguous (copied in the view's order) and from ndarray.
+    /// contiguous (copied in the view's order) and from ndarray, in both polarities.
     #[test]
     fn a_mask_reads_the_same_from_every_backend_and_layout() {
         let values: Vec<bool> = (0..2 * 3 * 5).map(|i| (i * 7) % 3 != 0).collect();
+        let negated = |values: &[bool]| values.iter().map(|&v| !v).collect::<Vec<_>>();
         #[allow(deprecated)]
         let devices = [Device::flex(), Device::flex().autodiff(), Device::ndarray()];
         for device in devices {
             let mask = Tensor::<3, Bool>::from_data(TensorData::new(values.clone(), [2, 3, 5]), &device);
-            let read = BoolMask::from_tensor(mask.clone().unsqueeze_dim(1)); // [2, 1, 3, 5]
-            assert_eq!((read.dims, &read.allowed), ([2, 1, 3, 5], &values), "{device:?}");
-            let transposed = BoolMask::from_tensor(mask.swap_dims(1, 2).unsqueeze_dim(1)); // [2, 1, 5, 3]
+            let read = |mask: Tensor<3, Bool>, marks| match BoolMask::read(mask.unsqueeze_dim(1), marks) {
+                (false, Some(mask)) => mask,
+                other => panic!("{device:?}: no rule in this mask, read as {other:?}"),
+            };
+            let allowed = read(mask.clone(), Marks::Allowed); // [2, 1, 3, 5]
+            assert_eq!((allowed.dims, &allowed.allowed), ([2, 1, 3, 5], &values), "{device:?}");
+            assert_eq!(read(mask.clone(), Marks::Blocked).allowed, negated(&values), "{device:?}");
+            let transposed = read(mask.swap_dims(1, 2), Marks::Allowed); // [2, 1, 5, 3]
             let expected: Vec<bool> =
                 (0..2 * 5 * 3).map(|i| values[(i / 15) * 15 + (i % 3) * 5 + (i / 3) % 5]).collect();
             assert_eq!(transposed.allowed, expected, "{device:?}");

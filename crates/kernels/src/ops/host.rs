@@ -103,13 +103,33 @@ impl<B: HostBackend> OutputGrad<B> {
     }
 }
 
-/// A boolean tensor's entries on the host, row-major: flex's contiguous buffer read in place, any
-/// other through `into_data`, which first copies a shared tensor out of its buffer (a mask reused
-/// across calls, as Keras users pass one, is shared: 0.29 ms of copying for the seed's padding
-/// mask, `[32, 1, 136, 136]`).
+/// A boolean tensor's entries on the host, row-major, one byte each (0 = false): flex's contiguous
+/// buffer read in place, any other through `into_data`, which first copies a shared tensor out of
+/// its buffer (a mask reused across calls, as Keras users pass one, is shared: 0.29 ms of copying
+/// for the seed's padding mask, `[32, 1, 136, 136]`). Bytes, not `bool`s: at `[4096, 4096]`
+/// turning them into a `Vec<bool>` took 1.1 ms a call, and most masks compact to a rule or a
+/// row per slice without it ([`crate::BoolMask::read`]).
 #[backend_extension(Flex, NdArray, Autodiff)]
 pub trait HostBoolBackend: Backend {
-    fn host_bools(tensor: BoolTensor<Self>) -> Vec<bool>;
+    fn host_bytes(tensor: BoolTensor<Self>) -> HostBytes;
+}
+
+/// [`HostBoolBackend::host_bytes`]' answer: the entries in place, or a copy.
+pub enum HostBytes {
+    /// A contiguous flex tensor of one-byte booleans and the range of its bytes that holds it.
+    Flex(FlexTensor, std::ops::Range<usize>),
+    Owned(Vec<u8>),
+}
+
+impl Deref for HostBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            HostBytes::Flex(tensor, range) => &tensor.bytes()[range.clone()],
+            HostBytes::Owned(bytes) => bytes,
+        }
+    }
 }
 
 /// Whether booleans of `dtype` are stored one byte each (0 or 1).
@@ -117,34 +137,32 @@ fn one_byte(dtype: DType) -> bool {
     matches!(dtype, DType::Bool(BoolStore::Native | BoolStore::U8))
 }
 
-/// One `bool` per byte: read the bytes, not through a boxed iterator.
-fn from_bytes(bytes: &[u8]) -> Vec<bool> {
-    bytes.iter().map(|&b| b != 0).collect()
-}
-
-fn bools_of(data: TensorData) -> Vec<bool> {
-    if one_byte(data.dtype()) { from_bytes(data.as_bytes()) } else { data.iter::<bool>().collect() }
+fn bytes_of(data: TensorData) -> HostBytes {
+    HostBytes::Owned(match one_byte(data.dtype()) {
+        true => data.into_bytes().to_vec(),
+        false => data.iter::<bool>().map(u8::from).collect(),
+    })
 }
 
 impl HostBoolBackend for Flex {
-    fn host_bools(tensor: FlexTensor) -> Vec<bool> {
+    fn host_bytes(tensor: FlexTensor) -> HostBytes {
         match tensor.layout().contiguous_offsets() {
-            Some((start, end)) if one_byte(tensor.dtype()) => from_bytes(&tensor.bytes()[start..end]),
-            _ => bools_of(tensor.into_data()),
+            Some((start, end)) if one_byte(tensor.dtype()) => HostBytes::Flex(tensor, start..end),
+            _ => bytes_of(tensor.into_data()),
         }
     }
 }
 
 impl HostBoolBackend for NdArray {
-    fn host_bools(tensor: BoolTensor<Self>) -> Vec<bool> {
+    fn host_bytes(tensor: BoolTensor<Self>) -> HostBytes {
         use burn::backend::ops::BoolTensorOps;
-        bools_of(pollster::block_on(Self::bool_into_data(tensor)).expect("a host-memory tensor can always be read"))
+        bytes_of(pollster::block_on(Self::bool_into_data(tensor)).expect("a host-memory tensor can always be read"))
     }
 }
 
 impl<B: HostBoolBackend, C: CheckpointStrategy> HostBoolBackend for Autodiff<B, C> {
-    fn host_bools(tensor: BoolTensor<Self>) -> Vec<bool> {
-        B::host_bools(tensor)
+    fn host_bytes(tensor: BoolTensor<Self>) -> HostBytes {
+        B::host_bytes(tensor)
     }
 }
 
