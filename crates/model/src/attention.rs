@@ -141,7 +141,7 @@ impl Operands {
 }
 
 /// One attention call, described completely: `softmax(scale · q kᵀ + bias, mask) v` per head,
-/// with each library's masks already folded into `allowed`, `causal` and `bias`.
+/// with each library's masks already folded into `mask`, `causal` and `bias`.
 #[derive(Debug, Clone)]
 pub struct AttentionCall {
     pub operands: Operands,
@@ -154,7 +154,7 @@ pub struct AttentionCall {
     /// `mask`.
     pub causal: bool,
     /// Finite values added to the scaled logits, `[B|1, h|1, T, S]` (torch's float `attn_mask`,
-    /// whose `-inf` entries belong in `allowed`).
+    /// whose `-inf` entries belong in `mask`).
     pub bias: Option<Tensor<4>>,
     /// What a query row with no allowed key gets.
     pub rows: FullyMaskedRows,
