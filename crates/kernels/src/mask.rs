@@ -87,12 +87,12 @@ const CHUNK: usize = 4096;
 
 impl Found {
     fn of([_, _, tm, s]: [usize; 4], bytes: &[u8], marks: Marks) -> Self {
-        let want = marks == Marks::Allowed;
-        let all_allowed =
-            |bytes: &[u8]| bytes.chunks(CHUNK).all(|c| c.iter().fold(true, |all, &b| all & ((b != 0) == want)));
-        let none_allowed =
-            |bytes: &[u8]| bytes.chunks(CHUNK).all(|c| c.iter().fold(true, |all, &b| all & ((b != 0) != want)));
-        if all_allowed(bytes) {
+        // Whether every pair of `bytes` is allowed (`allowed = true`), or every one blocked.
+        let every = |bytes: &[u8], allowed: bool| {
+            let marked = allowed == (marks == Marks::Allowed); // the byte's truth for that
+            bytes.chunks(CHUNK).all(|c| c.iter().fold(true, |all, &b| all & ((b != 0) == marked)))
+        };
+        if every(bytes, true) {
             return Found::All;
         }
         if tm <= 1 || s == 0 {
@@ -101,7 +101,7 @@ impl Found {
         let slices = bytes.chunks_exact(tm * s);
         let causal_row = |(t, row): (usize, &[u8])| {
             let (attended, future) = row.split_at((t + 1).min(row.len()));
-            all_allowed(attended) && none_allowed(future)
+            every(attended, true) && every(future, false)
         };
         if slices.clone().all(|slice| slice.chunks_exact(s).enumerate().all(causal_row)) {
             return Found::Causal;
@@ -164,11 +164,19 @@ impl Mask {
         Self { causal, rows, bits: None, dropout: None, bias: None }
     }
 
-    /// The rule for `dims` with an explicit mask, which must broadcast to `[B, h, T, S]`.
+    /// The rule for `dims` with an explicit mask, which must broadcast to `[B, h, T, S]`,
+    /// compacted first ([`BoolMask::compact`]).
     pub fn with_mask(causal: bool, rows: FullyMaskedRows, mask: Option<BoolMask>, dims: Dims) -> Self {
         let (mask_is_causal, mask) = mask.map_or((false, None), BoolMask::compact);
+        Self::with_compacted(causal || mask_is_causal, rows, mask, dims)
+    }
+
+    /// [`Mask::with_mask`] of a mask compacted already (as [`BoolMask::read`] leaves it), packed
+    /// into bits as it is: a second compaction would scan it again (most of a causal mask with
+    /// padding, say, before its first row that breaks the causal pattern).
+    pub fn with_compacted(causal: bool, rows: FullyMaskedRows, mask: Option<BoolMask>, dims: Dims) -> Self {
         let bits = mask.map(|mask| MaskBits::pack(&mask, dims));
-        Self { causal: causal || mask_is_causal, rows, bits, dropout: None, bias: None }
+        Self { causal, rows, bits, dropout: None, bias: None }
     }
 
     /// The same rule with dropout on the probabilities.

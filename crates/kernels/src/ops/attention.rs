@@ -28,7 +28,8 @@ use crate::mask::{BoolMask, Marks, Mask};
 #[derive(Debug, Clone)]
 pub struct FusedCall {
     pub scale: f32,
-    /// `true` = query `t` may attend key `s`, `[Bm, Hm, Tm, S]` broadcasting to `[B, h, T, S]`.
+    /// `true` = query `t` may attend key `s`, `[Bm, Hm, Tm, S]` broadcasting to `[B, h, T, S]`,
+    /// compacted ([`BoolMask::read`] compacts as it reads; the call packs it as it is).
     pub allowed: Option<BoolMask>,
     /// Keras' and torch's top-left causal rule, ANDed with `allowed`.
     pub causal: bool,
@@ -186,7 +187,7 @@ fn rank4(shape: &[usize]) -> [usize; 4] {
 impl FusedCall {
     /// The scale and the kernel's masking rule of this call at `dims`.
     fn rule(self, dims: Dims) -> (f32, Mask) {
-        let mask = Mask::with_mask(self.causal, self.rows, self.allowed, dims)
+        let mask = Mask::with_compacted(self.causal, self.rows, self.allowed, dims)
             .with_dropout(self.dropout)
             .with_bias(self.bias, dims);
         (self.scale, mask)
