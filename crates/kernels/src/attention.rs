@@ -728,6 +728,10 @@ pub struct ForwardTile<'a, const T: usize> {
     probs: [Option<&'a mut [f32]>; T],
 }
 
+/// The value width whose forward steps take their exponentials and weighted sum in one pass
+/// ([`Vector::exp_weighted_rows`]): heads of 4 features, the question's.
+const FUSED_WIDTH: usize = 4;
+
 /// The forward pass of `T` tiles, `step` keys at a time with the online softmax: the keys and
 /// values stream past once for all of them, each element broadcast once for the `T` tiles.
 #[inline(always)]
@@ -770,16 +774,20 @@ fn forward_tile<V: Vector, const NR: usize, const NP: usize, const T: usize>(
             }
             let shift = V::load(&lanes(|i| reference(max[t][i])));
             let dropout = mask.keep_bits(start, keep[t]);
+            // Heads of `FUSED_WIDTH` features add the step to their context here.
+            let fused = (wv == FUSED_WIDTH).then(|| (&job.value_rows[start * wv..], &mut *contexts[t]));
             let step_sum = match (masked, dropout) {
-                (false, false) => exponentials::<V, false, false>(scores, shift, bits, keep[t]),
-                (true, false) => exponentials::<V, true, false>(scores, shift, bits, keep[t]),
-                (false, true) => exponentials::<V, false, true>(scores, shift, bits, keep[t]),
-                (true, true) => exponentials::<V, true, true>(scores, shift, bits, keep[t]),
+                (false, false) => step_exponentials::<V, false, false>(scores, shift, bits, keep[t], fused),
+                (true, false) => step_exponentials::<V, true, false>(scores, shift, bits, keep[t], fused),
+                (false, true) => step_exponentials::<V, false, true>(scores, shift, bits, keep[t], fused),
+                (true, true) => step_exponentials::<V, true, true>(scores, shift, bits, keep[t], fused),
             };
             V::load(&sum[t]).add(step_sum).store(&mut sum[t]);
         }
-        let weights = scores.each_ref().map(|scores| &scores[..]);
-        accumulate::<V, NR, NP, T>(weights, &job.value_rows[start * wv..], wv, &mut contexts, scratch.split_sums);
+        if wv != FUSED_WIDTH {
+            let weights = scores.each_ref().map(|scores| &scores[..]);
+            accumulate::<V, NR, NP, T>(weights, &job.value_rows[start * wv..], wv, &mut contexts, scratch.split_sums);
+        }
     }
     // A row that saw no allowed key keeps max = -inf: zero attention, or uniform.
     let mut uniform_value: Option<Vec<f32>> = None;
@@ -811,6 +819,32 @@ fn forward_tile<V: Vector, const NR: usize, const NP: usize, const T: usize>(
             let tile = (job.query_t[t], &job.mask[t]);
             write_probs::<V, NR>(tile, job.key_rows, job.rows, job.source_len, max, inv, scratch, probs);
         }
+    }
+}
+
+/// One tile's exponentials of a step ([`exponentials`]), or with `fused` (the step's value rows
+/// and the tile's context, for heads of [`FUSED_WIDTH`] features) the exponentials and their
+/// weighted sum in one pass ([`Vector::exp_weighted_rows`]): there a pass of its own would be
+/// `FUSED_WIDTH` chains of multiply-adds, too few to keep two FMA ports busy. Returns the sum.
+#[inline(always)]
+fn step_exponentials<V: Vector, const MASKED: bool, const DROPOUT: bool>(
+    scores: &mut [Lanes],
+    shift: V,
+    bits: &[u16],
+    keep: &[u16],
+    fused: Option<(&[f32], &mut [Lanes])>,
+) -> V {
+    match fused {
+        Some((values, context)) => V::exp_weighted_rows::<FUSED_WIDTH, MASKED, DROPOUT>(
+            scores,
+            shift,
+            bits,
+            keep,
+            values,
+            FUSED_WIDTH,
+            context,
+        ),
+        None => exponentials::<V, MASKED, DROPOUT>(scores, shift, bits, keep),
     }
 }
 
@@ -1763,8 +1797,9 @@ mod tests {
 
     #[test]
     fn every_mask_and_both_fully_masked_row_conventions() {
-        for (source_len, query_len) in [(37, 19), (20, 33), (150, 140)] {
-            let dims = Dims { batch: 2, heads: 3, query_len, source_len, key_dim: 5, value_dim: 7 };
+        // Value rows of 3 features take the fused narrow step (`FUSED_WIDTH`), of 7 the two passes.
+        for (source_len, query_len, value_dim) in [(37, 19, 7), (20, 33, 7), (150, 140, 7), (150, 140, 3)] {
+            let dims = Dims { batch: 2, heads: 3, query_len, source_len, key_dim: 5, value_dim };
             for rule in [Rule::Causal, Rule::Padding, Rule::General { causal: false }, Rule::General { causal: true }] {
                 for rows in [FullyMaskedRows::Zero, FullyMaskedRows::Uniform] {
                     check(dims, rule, rows, &Isa::available());
@@ -1785,8 +1820,8 @@ mod tests {
 
     #[test]
     fn float_masks_add_to_the_logits_per_pair_or_broadcast() {
-        for (source_len, query_len, key_dim) in [(37, 19, 5), (150, 140, 16)] {
-            let dims = Dims { batch: 2, heads: 3, query_len, source_len, key_dim, value_dim: 7 };
+        for (source_len, query_len, key_dim, value_dim) in [(37, 19, 5, 7), (150, 140, 16, 7), (150, 140, 16, 4)] {
+            let dims = Dims { batch: 2, heads: 3, query_len, source_len, key_dim, value_dim };
             for slices in [[1, 1], [2, 3]] {
                 let values =
                     values(slices[0] * slices[1] * query_len * source_len, 5).iter().map(|v| v * 1.5).collect();

@@ -192,6 +192,57 @@ pub(crate) trait Vector: Copy {
     fn exp_nonpositive(self) -> Self {
         exp_nonpositive(self)
     }
+    /// One step of the online softmax with its weighted sum, fused, for value rows of `W`
+    /// features (a narrow head): for each row `j`, `p = exp(scores[j] - shift)`, 0 in the lanes
+    /// `bits[j]` blocks where `MASKED`; `p` counts in the returned sum; where `DROPOUT` the
+    /// lanes `keep[j]` drops are zeroed next; then `context[d] += p · values[j · stride + d]`.
+    /// `scores` is only read. At narrow widths a pass that stores `p` and one that reads it back
+    /// for `W` chains of multiply-adds leave the FMA ports idle in turns; fused, the
+    /// exponentials' independent work fills the chains' waits.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn exp_weighted_rows<const W: usize, const MASKED: bool, const DROPOUT: bool>(
+        scores: &[Lanes],
+        shift: Self,
+        bits: &[u16],
+        keep: &[u16],
+        values: &[f32],
+        stride: usize,
+        context: &mut [Lanes],
+    ) -> Self {
+        let (bits, keep) = (&bits[..scores.len()], &keep[..scores.len()]);
+        let mut acc: [Self; W] = [Self::zero(); W];
+        for (acc, context) in acc.iter_mut().zip(context.iter()) {
+            *acc = Self::load(context);
+        }
+        // Two running sums, rows taken in pairs: an add waits 4 cycles for the one before
+        // (indexed by `j % 2`, the sums went to the stack).
+        let mut sums = [Self::zero(); 2];
+        for j in (0..scores.len() / 2).map(|pair| 2 * pair) {
+            for (k, sum) in sums.iter_mut().enumerate() {
+                let row = &values[(j + k) * stride..][..W];
+                let p = weighted_row::<Self, W, MASKED, DROPOUT>(
+                    &scores[j + k],
+                    shift,
+                    bits[j + k],
+                    keep[j + k],
+                    row,
+                    &mut acc,
+                );
+                *sum = sum.add(p);
+            }
+        }
+        if scores.len() % 2 == 1 {
+            let j = scores.len() - 1;
+            let row = &values[j * stride..][..W];
+            let p = weighted_row::<Self, W, MASKED, DROPOUT>(&scores[j], shift, bits[j], keep[j], row, &mut acc);
+            sums[0] = sums[0].add(p);
+        }
+        for (acc, context) in acc.iter().zip(context.iter_mut()) {
+            acc.store(context);
+        }
+        sums[0].add(sums[1])
+    }
     /// The 16 x 16 block `rows` transposed: lane `i` of output `j` is lane `j` of row `i`.
     #[inline(always)]
     fn transpose(rows: &[Lanes; LANES]) -> [Lanes; LANES] {
@@ -204,6 +255,33 @@ pub(crate) trait Vector: Copy {
         }
         out
     }
+}
+
+/// One row of [`Vector::exp_weighted_rows`]: `p = exp(score - shift)` (masked by `bits` where
+/// `MASKED`), returned for the sum; `acc[d] += p · row[d]`, `p` kept by `keep` first where
+/// `DROPOUT`. (A function, not a closure: a closure does not inherit the caller's target
+/// features.)
+#[inline(always)]
+fn weighted_row<V: Vector, const W: usize, const MASKED: bool, const DROPOUT: bool>(
+    score: &Lanes,
+    shift: V,
+    bits: u16,
+    keep: u16,
+    row: &[f32],
+    acc: &mut [V; W],
+) -> V {
+    let mut p = V::load(score).sub(shift).exp_nonpositive();
+    if MASKED {
+        p = p.keep(bits);
+    }
+    let counted = p;
+    if DROPOUT {
+        p = p.keep(keep);
+    }
+    for (acc, &v) in acc.iter_mut().zip(row) {
+        *acc = p.mul_add(V::splat(v), *acc);
+    }
+    counted
 }
 
 /// The baseline: plain arrays, whatever the compiler makes of them.

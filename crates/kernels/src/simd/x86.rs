@@ -164,16 +164,7 @@ impl Vector for Avx2 {
     #[inline(always)]
     fn keep(self, bits: u16) -> Self {
         // No closures here or below: a closure does not inherit the caller's target features.
-        unsafe {
-            // Lane i of each half tests bit i (low half) or 8 + i (high half).
-            let lane_bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-            let mut out = self.0;
-            for (half, bits) in out.iter_mut().zip([i32::from(bits & 0xff), i32::from(bits >> 8)]) {
-                let set = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits), lane_bits), lane_bits);
-                *half = _mm256_and_ps(*half, _mm256_castsi256_ps(set));
-            }
-            Avx2(out)
-        }
+        Avx2([keep_half(self.0[0], bits & 0xff), keep_half(self.0[1], bits >> 8)])
     }
     /// Four 8 x 8 blocks, each in three rounds of shuffles (24 instructions) instead of 64 scalar
     /// moves. Plain loops, no closures (see [`Avx512::transpose`]).
@@ -215,43 +206,47 @@ impl Vector for Avx2 {
         }
         out
     }
-    /// `exp(x) = 2^t` with `8t` rounded to `n = 8e + j` (by adding `1.5 * 2^23`, which leaves
-    /// `n` in the sum's low mantissa bits) and `g = 8t - n`: `2^(g/8)` from a cubic, times
-    /// `2^(j/8)` from a register indexed by the low 3 bits of `n`, whose entries hold their bits
-    /// minus `j << 20` so that adding `n << 20` sets the exponent `e` in the same integer add
-    /// (`super::exp` gives the error).
     #[inline(always)]
     fn exp_nonpositive(self) -> Self {
-        use super::exp::{EIGHTHS, LOG2_E, POW2_ON_EIGHTHS, ROUND_MAGIC, UNDERFLOW};
-        const TABLE: [i32; 8] = {
-            let mut table = [0; 8];
-            let mut j = 0;
-            while j < 8 {
-                table[j] = EIGHTHS[j].to_bits() as i32 - ((j as i32) << 20);
-                j += 1;
+        Avx2([exp_half(self.0[0]), exp_half(self.0[1])])
+    }
+    /// [`Vector::exp_weighted_rows`] one half at a time: both halves' accumulators, the
+    /// exponentials' temporaries and constants do not fit in AVX2's 16 registers together, and
+    /// spilled they make each row a store and a reload.
+    #[inline(always)]
+    fn exp_weighted_rows<const W: usize, const MASKED: bool, const DROPOUT: bool>(
+        scores: &[Lanes],
+        shift: Self,
+        bits: &[u16],
+        keep: &[u16],
+        values: &[f32],
+        stride: usize,
+        context: &mut [Lanes],
+    ) -> Self {
+        assert!(W <= stride && values.len() >= scores.len() * stride, "a value row per score row");
+        let mut total = Self::zero().0;
+        for (half, total) in total.iter_mut().enumerate() {
+            unsafe {
+                let mut acc = [_mm256_setzero_ps(); W];
+                for (acc, context) in acc.iter_mut().zip(context.iter()) {
+                    *acc = _mm256_loadu_ps(context.as_ptr().add(8 * half));
+                }
+                // One running sum: a row's other work outlasts the add's latency.
+                let (shift, mut sum) = (shift.0[half], _mm256_setzero_ps());
+                let rows = scores.iter().zip(values.chunks_exact(stride)).zip(bits.iter().zip(keep));
+                for ((score, row), (&bits, &keep)) in rows {
+                    let (bits, keep) = (bits >> (8 * half), keep >> (8 * half));
+                    let p =
+                        weighted_row_half::<W, MASKED, DROPOUT>(&score[8 * half..], shift, bits, keep, row, &mut acc);
+                    sum = _mm256_add_ps(sum, p);
+                }
+                for (acc, context) in acc.iter().zip(context.iter_mut()) {
+                    _mm256_storeu_ps(context.as_mut_ptr().add(8 * half), *acc);
+                }
+                *total = sum;
             }
-            table
-        };
-        let [c3, c2, c1] = POW2_ON_EIGHTHS;
-        unsafe {
-            let table = _mm256_loadu_si256(TABLE.as_ptr().cast());
-            let mut out = self.0;
-            for half in out.iter_mut() {
-                let clamped = _mm256_max_ps(*half, _mm256_set1_ps(UNDERFLOW));
-                let eight_log2_e = _mm256_set1_ps(8.0 * LOG2_E);
-                let rounded = _mm256_fmadd_ps(clamped, eight_log2_e, _mm256_set1_ps(ROUND_MAGIC));
-                let minus_n = _mm256_sub_ps(_mm256_set1_ps(ROUND_MAGIC), rounded);
-                let g = _mm256_fmadd_ps(clamped, eight_log2_e, minus_n); // 8t - n, |g| <= 1/2
-                let q =
-                    _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(c3), g, _mm256_set1_ps(c2)), g, _mm256_set1_ps(c1));
-                let n = _mm256_castps_si256(rounded); // low mantissa bits: n
-                let scale = _mm256_add_epi32(_mm256_permutevar8x32_epi32(table, n), _mm256_slli_epi32::<20>(n));
-                let scale = _mm256_castsi256_ps(scale); // 2^e 2^(j/8)
-                // scale (1 + g Q(g)): the small term added to the exact scale, no constant 1.
-                *half = _mm256_fmadd_ps(_mm256_mul_ps(q, g), scale, scale);
-            }
-            Avx2(out)
         }
+        Avx2(total)
     }
     #[inline(always)]
     fn pow2_of_rounded(self, magic: f32) -> Self {
@@ -264,5 +259,83 @@ impl Vector for Avx2 {
             }
             Avx2(out)
         }
+    }
+}
+
+/// The lanes of `x` whose bit of `bits` is set (lane `i`, bit `i`; bits above 8 ignored), 0
+/// elsewhere. Only inside functions compiled with `avx2`.
+#[inline(always)]
+fn keep_half(x: __m256, bits: u16) -> __m256 {
+    // SAFETY: see the `Vector` implementations.
+    unsafe {
+        let lane_bits = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+        let set = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(i32::from(bits & 0xff)), lane_bits), lane_bits);
+        _mm256_and_ps(x, _mm256_castsi256_ps(set))
+    }
+}
+
+/// `exp(x)` for lanes `x <= 0` of one AVX2 register: `exp(x) = 2^t` with `8t` rounded to
+/// `n = 8e + j` (by adding `1.5 * 2^23`, which leaves `n` in the sum's low mantissa bits) and
+/// `g = 8t - n`: `2^(g/8)` from a cubic, times `2^(j/8)` from a register indexed by the low 3
+/// bits of `n`, whose entries hold their bits minus `j << 20` so that adding `n << 20` sets the
+/// exponent `e` in the same integer add (`super::exp` gives the error). Only inside functions
+/// compiled with `avx2,fma`.
+#[inline(always)]
+fn exp_half(x: __m256) -> __m256 {
+    use super::exp::{EIGHTHS, LOG2_E, POW2_ON_EIGHTHS, ROUND_MAGIC, UNDERFLOW};
+    const TABLE: [i32; 8] = {
+        let mut table = [0; 8];
+        let mut j = 0;
+        while j < 8 {
+            table[j] = EIGHTHS[j].to_bits() as i32 - ((j as i32) << 20);
+            j += 1;
+        }
+        table
+    };
+    let [c3, c2, c1] = POW2_ON_EIGHTHS;
+    // SAFETY: see the `Vector` implementations.
+    unsafe {
+        let table = _mm256_loadu_si256(TABLE.as_ptr().cast());
+        let clamped = _mm256_max_ps(x, _mm256_set1_ps(UNDERFLOW));
+        let eight_log2_e = _mm256_set1_ps(8.0 * LOG2_E);
+        let rounded = _mm256_fmadd_ps(clamped, eight_log2_e, _mm256_set1_ps(ROUND_MAGIC));
+        let minus_n = _mm256_sub_ps(_mm256_set1_ps(ROUND_MAGIC), rounded);
+        let g = _mm256_fmadd_ps(clamped, eight_log2_e, minus_n); // 8t - n, |g| <= 1/2
+        let q = _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(c3), g, _mm256_set1_ps(c2)), g, _mm256_set1_ps(c1));
+        let n = _mm256_castps_si256(rounded); // low mantissa bits: n
+        let scale = _mm256_add_epi32(_mm256_permutevar8x32_epi32(table, n), _mm256_slli_epi32::<20>(n));
+        let scale = _mm256_castsi256_ps(scale); // 2^e 2^(j/8)
+        // scale (1 + g Q(g)): the small term added to the exact scale, no constant 1.
+        _mm256_fmadd_ps(_mm256_mul_ps(q, g), scale, scale)
+    }
+}
+
+/// One row of [`Avx2::exp_weighted_rows`] in one half: `p = exp(score - shift)` (masked by
+/// `bits` where `MASKED`), returned for the sum; `acc[d] += p · row[d]`, `p` kept by `keep` first
+/// where `DROPOUT`. Only inside functions compiled with `avx2,fma`.
+#[inline(always)]
+fn weighted_row_half<const W: usize, const MASKED: bool, const DROPOUT: bool>(
+    score: &[f32],
+    shift: __m256,
+    bits: u16,
+    keep: u16,
+    row: &[f32],
+    acc: &mut [__m256; W],
+) -> __m256 {
+    let (score, row) = (&score[..8], &row[..W]);
+    // SAFETY: see the `Vector` implementations; `score` holds 8 floats.
+    unsafe {
+        let mut p = exp_half(_mm256_sub_ps(_mm256_loadu_ps(score.as_ptr()), shift));
+        if MASKED {
+            p = keep_half(p, bits);
+        }
+        let counted = p;
+        if DROPOUT {
+            p = keep_half(p, keep);
+        }
+        for (acc, v) in acc.iter_mut().zip(row) {
+            *acc = _mm256_fmadd_ps(p, _mm256_broadcast_ss(v), *acc);
+        }
+        counted
     }
 }
