@@ -42,7 +42,7 @@ use crate::dims::{Dims, FullyMaskedRows, Layout};
 use crate::mask::{FULL, KeyBlock, Mask, RowBlock};
 use crate::on_pool;
 use crate::profile::Phase;
-use crate::simd::{Isa, LANES, Lanes, Level, Portable, Vector, exp_nonpositive, lanes};
+use crate::simd::{Isa, LANES, Lanes, Level, Portable, Vector, WeightedRows, exp_nonpositive, lanes};
 use crate::tile::{lane_accumulate, lane_dots, lane_max};
 use crate::tuning::{self, Pass, Tiles, Tuning};
 
@@ -835,15 +835,10 @@ fn step_exponentials<V: Vector, const MASKED: bool, const DROPOUT: bool>(
     fused: Option<(&[f32], &mut [Lanes])>,
 ) -> V {
     match fused {
-        Some((values, context)) => V::exp_weighted_rows::<FUSED_WIDTH, MASKED, DROPOUT>(
-            scores,
-            shift,
-            bits,
-            keep,
-            values,
-            FUSED_WIDTH,
-            context,
-        ),
+        Some((values, context)) => {
+            let rows = WeightedRows { scores, bits, keep, values, stride: FUSED_WIDTH };
+            V::exp_weighted_rows::<FUSED_WIDTH, MASKED, DROPOUT>(rows, shift, context)
+        }
         None => exponentials::<V, MASKED, DROPOUT>(scores, shift, bits, keep),
     }
 }

@@ -193,55 +193,31 @@ pub(crate) trait Vector: Copy {
         exp_nonpositive(self)
     }
     /// One step of the online softmax with its weighted sum, fused, for value rows of `W`
-    /// features (a narrow head): for each row `j`, `p = exp(scores[j] - shift)`, 0 in the lanes
-    /// `bits[j]` blocks where `MASKED`; `p` counts in the returned sum; where `DROPOUT` the
-    /// lanes `keep[j]` drops are zeroed next; then `context[d] += p · values[j · stride + d]`.
-    /// `scores` is only read. At narrow widths a pass that stores `p` and one that reads it back
-    /// for `W` chains of multiply-adds leave the FMA ports idle in turns; fused, the
-    /// exponentials' independent work fills the chains' waits.
-    #[allow(clippy::too_many_arguments)]
+    /// features (a narrow head): for each row `j` of `rows`, `p = exp(scores[j] - shift)`, 0 in
+    /// the lanes `bits[j]` blocks where `MASKED`; `p` counts in the returned sum; where `DROPOUT`
+    /// the lanes `keep[j]` drops are zeroed next; then `context[d] += p · values[j · stride + d]`.
+    /// At narrow widths a pass that stores `p` and one that reads it back for `W` chains of
+    /// multiply-adds leave the FMA ports idle in turns; fused, the exponentials' independent work
+    /// fills the chains' waits. One running sum: a row's other work outlasts an add's latency.
     #[inline(always)]
     fn exp_weighted_rows<const W: usize, const MASKED: bool, const DROPOUT: bool>(
-        scores: &[Lanes],
+        rows: WeightedRows,
         shift: Self,
-        bits: &[u16],
-        keep: &[u16],
-        values: &[f32],
-        stride: usize,
         context: &mut [Lanes],
     ) -> Self {
-        let (bits, keep) = (&bits[..scores.len()], &keep[..scores.len()]);
+        rows.check(W);
         let mut acc: [Self; W] = [Self::zero(); W];
         for (acc, context) in acc.iter_mut().zip(context.iter()) {
             *acc = Self::load(context);
         }
-        // Two running sums, rows taken in pairs: an add waits 4 cycles for the one before
-        // (indexed by `j % 2`, the sums went to the stack).
-        let mut sums = [Self::zero(); 2];
-        for j in (0..scores.len() / 2).map(|pair| 2 * pair) {
-            for (k, sum) in sums.iter_mut().enumerate() {
-                let row = &values[(j + k) * stride..][..W];
-                let p = weighted_row::<Self, W, MASKED, DROPOUT>(
-                    &scores[j + k],
-                    shift,
-                    bits[j + k],
-                    keep[j + k],
-                    row,
-                    &mut acc,
-                );
-                *sum = sum.add(p);
-            }
-        }
-        if scores.len() % 2 == 1 {
-            let j = scores.len() - 1;
-            let row = &values[j * stride..][..W];
-            let p = weighted_row::<Self, W, MASKED, DROPOUT>(&scores[j], shift, bits[j], keep[j], row, &mut acc);
-            sums[0] = sums[0].add(p);
+        let mut sum = Self::zero();
+        for (score, row, bits, keep) in rows.iter() {
+            sum = sum.add(weighted_row::<Self, W, MASKED, DROPOUT>(score, shift, bits, keep, &row[..W], &mut acc));
         }
         for (acc, context) in acc.iter().zip(context.iter_mut()) {
             acc.store(context);
         }
-        sums[0].add(sums[1])
+        sum
     }
     /// The 16 x 16 block `rows` transposed: lane `i` of output `j` is lane `j` of row `i`.
     #[inline(always)]
@@ -254,6 +230,39 @@ pub(crate) trait Vector: Copy {
             }
         }
         out
+    }
+}
+
+/// One tile's rows of a forward step, for [`Vector::exp_weighted_rows`]: its scores, their mask
+/// bits and dropout keep bits (bit `i` for lane `i`), and the step's value rows, `stride` apart.
+#[derive(Clone, Copy)]
+pub(crate) struct WeightedRows<'a> {
+    pub scores: &'a [Lanes],
+    pub bits: &'a [u16],
+    pub keep: &'a [u16],
+    pub values: &'a [f32],
+    pub stride: usize,
+}
+
+impl<'a> WeightedRows<'a> {
+    /// Panics unless every score row has its bits, keep bits and a value row of `width`.
+    #[inline(always)]
+    pub(crate) fn check(&self, width: usize) {
+        let n = self.scores.len();
+        assert!(
+            self.bits.len() >= n
+                && self.keep.len() >= n
+                && width <= self.stride
+                && self.values.len() >= n * self.stride,
+            "exp_weighted_rows: a value row of {width} and bits for each of {n} score rows"
+        );
+    }
+
+    /// Row by row: the scores, the value row (`stride` elements), the bits and the keep bits.
+    #[inline(always)]
+    pub(crate) fn iter(self) -> impl Iterator<Item = (&'a Lanes, &'a [f32], u16, u16)> {
+        let rows = self.scores.iter().zip(self.values.chunks_exact(self.stride));
+        rows.zip(self.bits.iter().zip(self.keep)).map(|((score, row), (&bits, &keep))| (score, row, bits, keep))
     }
 }
 

@@ -1,6 +1,6 @@
 use std::arch::x86_64::*;
 
-use super::{Lanes, Vector};
+use super::{Lanes, Vector, WeightedRows};
 
 /// One `__m512`. Only inside functions compiled with `avx512f`.
 #[derive(Clone, Copy)]
@@ -215,15 +215,11 @@ impl Vector for Avx2 {
     /// spilled they make each row a store and a reload.
     #[inline(always)]
     fn exp_weighted_rows<const W: usize, const MASKED: bool, const DROPOUT: bool>(
-        scores: &[Lanes],
+        rows: WeightedRows,
         shift: Self,
-        bits: &[u16],
-        keep: &[u16],
-        values: &[f32],
-        stride: usize,
         context: &mut [Lanes],
     ) -> Self {
-        assert!(W <= stride && values.len() >= scores.len() * stride, "a value row per score row");
+        rows.check(W);
         let mut total = Self::zero().0;
         for (half, total) in total.iter_mut().enumerate() {
             unsafe {
@@ -231,13 +227,10 @@ impl Vector for Avx2 {
                 for (acc, context) in acc.iter_mut().zip(context.iter()) {
                     *acc = _mm256_loadu_ps(context.as_ptr().add(8 * half));
                 }
-                // One running sum: a row's other work outlasts the add's latency.
                 let (shift, mut sum) = (shift.0[half], _mm256_setzero_ps());
-                let rows = scores.iter().zip(values.chunks_exact(stride)).zip(bits.iter().zip(keep));
-                for ((score, row), (&bits, &keep)) in rows {
-                    let (bits, keep) = (bits >> (8 * half), keep >> (8 * half));
-                    let p =
-                        weighted_row_half::<W, MASKED, DROPOUT>(&score[8 * half..], shift, bits, keep, row, &mut acc);
+                for (score, row, bits, keep) in rows.iter() {
+                    let (score, bits, keep) = (&score[8 * half..], bits >> (8 * half), keep >> (8 * half));
+                    let p = weighted_row_half::<W, MASKED, DROPOUT>(score, shift, bits, keep, &row[..W], &mut acc);
                     sum = _mm256_add_ps(sum, p);
                 }
                 for (acc, context) in acc.iter().zip(context.iter_mut()) {
