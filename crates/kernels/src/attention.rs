@@ -42,7 +42,7 @@ use crate::dims::{Dims, FullyMaskedRows, Layout};
 use crate::mask::{FULL, KeyBlock, Mask, RowBlock};
 use crate::on_pool;
 use crate::profile::Phase;
-use crate::simd::{Isa, LANES, Lanes, Level, Portable, Vector, WeightedRows, exp_nonpositive, lanes};
+use crate::simd::{Isa, LANES, Lanes, Level, Portable, Vector, WeightedRows, exp_nonpositive, lanes, masked_exp};
 use crate::tile::{lane_accumulate, lane_dots, lane_max};
 use crate::tuning::{self, Pass, Tiles, Tuning};
 
@@ -875,15 +875,8 @@ fn exponentials<V: Vector, const MASKED: bool, const DROPOUT: bool>(
 /// features, `tile.rs`.)
 #[inline(always)]
 fn exponential<V: Vector, const MASKED: bool, const DROPOUT: bool>(s: &mut Lanes, shift: V, bits: u16, keep: u16) -> V {
-    let mut p = V::load(s).sub(shift).exp_nonpositive();
-    if MASKED {
-        p = p.keep(bits);
-    }
-    let counted = p;
-    if DROPOUT {
-        p = p.keep(keep);
-    }
-    p.store(s);
+    let (counted, kept) = masked_exp::<V, MASKED, DROPOUT>(s, shift, bits, keep);
+    kept.store(s);
     counted
 }
 

@@ -266,6 +266,27 @@ impl<'a> WeightedRows<'a> {
     }
 }
 
+/// A row's probabilities `exp(score - shift)`: the ones its sum counts (0 in the lanes `bits`
+/// blocks where `MASKED`), and the ones kept after dropout (also 0 in the lanes `keep` drops
+/// where `DROPOUT`: dropped entries still count in the normalising sum).
+#[inline(always)]
+pub(crate) fn masked_exp<V: Vector, const MASKED: bool, const DROPOUT: bool>(
+    score: &Lanes,
+    shift: V,
+    bits: u16,
+    keep: u16,
+) -> (V, V) {
+    let mut p = V::load(score).sub(shift).exp_nonpositive();
+    if MASKED {
+        p = p.keep(bits);
+    }
+    let counted = p;
+    if DROPOUT {
+        p = p.keep(keep);
+    }
+    (counted, p)
+}
+
 /// One row of [`Vector::exp_weighted_rows`]: `p = exp(score - shift)` (masked by `bits` where
 /// `MASKED`), returned for the sum; `acc[d] += p · row[d]`, `p` kept by `keep` first where
 /// `DROPOUT`. (A function, not a closure: a closure does not inherit the caller's target
@@ -279,14 +300,7 @@ fn weighted_row<V: Vector, const W: usize, const MASKED: bool, const DROPOUT: bo
     row: &[f32],
     acc: &mut [V; W],
 ) -> V {
-    let mut p = V::load(score).sub(shift).exp_nonpositive();
-    if MASKED {
-        p = p.keep(bits);
-    }
-    let counted = p;
-    if DROPOUT {
-        p = p.keep(keep);
-    }
+    let (counted, p) = masked_exp::<V, MASKED, DROPOUT>(score, shift, bits, keep);
     for (acc, &v) in acc.iter_mut().zip(row) {
         *acc = p.mul_add(V::splat(v), *acc);
     }
