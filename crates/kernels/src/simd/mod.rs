@@ -205,7 +205,7 @@ pub(crate) trait Vector: Copy {
         shift: Self,
         context: &mut [Lanes],
     ) -> Self {
-        rows.check(W);
+        rows.check(W, context);
         let mut acc: [Self; W] = [Self::zero(); W];
         for (acc, context) in acc.iter_mut().zip(context.iter()) {
             *acc = Self::load(context);
@@ -245,16 +245,18 @@ pub(crate) struct WeightedRows<'a> {
 }
 
 impl<'a> WeightedRows<'a> {
-    /// Panics unless every score row has its bits, keep bits and a value row of `width`.
+    /// Panics unless every score row has its bits, keep bits and a value row of `width`, and
+    /// `context` holds a vector for each of the `width` features.
     #[inline(always)]
-    pub(crate) fn check(&self, width: usize) {
+    pub(crate) fn check(&self, width: usize, context: &[Lanes]) {
         let n = self.scores.len();
         assert!(
             self.bits.len() >= n
                 && self.keep.len() >= n
                 && width <= self.stride
-                && self.values.len() >= n * self.stride,
-            "exp_weighted_rows: a value row of {width} and bits for each of {n} score rows"
+                && self.values.len() >= n * self.stride
+                && context.len() >= width,
+            "exp_weighted_rows: a value row of {width}, bits for each of {n} score rows and {width} context vectors"
         );
     }
 

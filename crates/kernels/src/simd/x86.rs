@@ -219,7 +219,7 @@ impl Vector for Avx2 {
         shift: Self,
         context: &mut [Lanes],
     ) -> Self {
-        rows.check(W);
+        rows.check(W, context);
         let mut total = Self::zero().0;
         for (half, total) in total.iter_mut().enumerate() {
             unsafe {
