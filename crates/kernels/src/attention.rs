@@ -10,7 +10,9 @@
 //! ```
 //!
 //! computed tile by tile with FlashAttention-2's online softmax (a running `m_t`, and `l_t` and
-//! `o_t` rescaled whenever it grows), and the backward pass recomputes `p_j` from the saved `m_t`
+//! `o_t` rescaled whenever it grows), or, at heads of 4 features whose logits a bound keeps
+//! small, against that bound in place of `m_t` (`bounded_shifts`: softmax is the same for any
+//! shift, and no maximum needs taking). The backward pass recomputes `p_j` from the saved `m_t`
 //! and `1 / l_t`, then
 //!
 //! ```text
@@ -70,6 +72,35 @@ macro_rules! dispatch {
             Level::Avx2 => unsafe { compiled::avx2::$f($($arg),*) },
             #[cfg(target_arch = "x86_64")]
             Level::Avx512 => unsafe { compiled::avx512::$f($($arg),*) },
+        }
+    };
+}
+
+/// `$body` with `$masked` and `$dropout` as the constants it names `$m` and `$d`: the per-key
+/// loops then hold no branch on either.
+macro_rules! with_flags {
+    ($masked:expr, $dropout:expr, |$m:ident, $d:ident| $body:expr) => {
+        match ($masked, $dropout) {
+            (false, false) => {
+                const $m: bool = false;
+                const $d: bool = false;
+                $body
+            }
+            (true, false) => {
+                const $m: bool = true;
+                const $d: bool = false;
+                $body
+            }
+            (false, true) => {
+                const $m: bool = false;
+                const $d: bool = true;
+                $body
+            }
+            (true, true) => {
+                const $m: bool = true;
+                const $d: bool = true;
+                $body
+            }
         }
     };
 }
@@ -254,9 +285,9 @@ fn forward_with(
     let mut query_t = Buffer::overwritten(pairs * row_blocks * wk);
     pack_lanes(isa, query, dims, query_len, key_dim, wk, &mut query_t, scale);
     let mut key_rows = Buffer::overwritten(pairs * padded_s * wk);
-    pack_rows(key, dims, source_len, key_dim, padded_s, wk, &mut key_rows);
+    let key_bounds = pack_rows(key, dims, source_len, key_dim, padded_s, wk, &mut key_rows, true);
     let mut value_rows = Buffer::overwritten(pairs * padded_s * wv);
-    pack_rows(value, dims, source_len, value_dim, padded_s, wv, &mut value_rows);
+    pack_rows(value, dims, source_len, value_dim, padded_s, wv, &mut value_rows, false);
 
     let mut output = Buffer::overwritten(pairs * padded_t * wv);
     let mut row_max = Buffer::overwritten(pairs * padded_t);
@@ -296,6 +327,7 @@ fn forward_with(
                     query_t: &query_t[(pair * row_blocks + first_block) * wk..][..probs.len() * wk],
                     key_rows: &key_rows[pair * padded_s * wk..][..padded_s * wk],
                     value_rows: &value_rows[pair * padded_s * wv..][..padded_s * wv],
+                    key_bound: key_bounds[pair],
                     mask: &mask,
                     pair,
                     first_block,
@@ -392,7 +424,7 @@ fn backward_with(isa: Isa, tiles: Tiles, saved: &Forward, output_grad: &[f32], f
         // The other orientation of each operand, and the output gradient in both.
         let mut grad_rows = Buffer::overwritten(pairs * padded_t * wv); // [pairs, T', Wv]
         let output_grad = Operand { values: output_grad, layout: Layout::heads_last(&dims, value_dim) };
-        pack_rows(output_grad, dims, query_len, value_dim, padded_t, wv, &mut grad_rows);
+        pack_rows(output_grad, dims, query_len, value_dim, padded_t, wv, &mut grad_rows, false);
         let mut query_rows = Buffer::overwritten(pairs * padded_t * wk); // [pairs, T', Wk]
         rows_from_lanes(isa, &saved.query_t, wk, &mut query_rows);
         let mut key_t = Buffer::overwritten(pairs * key_blocks * wk); // [pairs, Sb, Wk] lanes
@@ -670,6 +702,7 @@ struct ForwardInputs<'a> {
     /// `[S', Wk]`, `[S', Wv]`: the pair's keys and values.
     key_rows: &'a [f32],
     value_rows: &'a [f32],
+    key_bound: KeyBound,
     mask: &'a Mask,
     pair: usize,
     first_block: usize,
@@ -696,6 +729,7 @@ impl<'a> ForwardInputs<'a> {
             query_t: std::array::from_fn(|t| &self.query_t[t * wk..][..wk]),
             key_rows: self.key_rows,
             value_rows: self.value_rows,
+            key_bound: self.key_bound,
             mask: std::array::from_fn(|t| self.mask.row_block(&self.dims, self.pair, self.first_block + t)),
             rows: self.mask.rows,
             source_len: self.dims.source_len,
@@ -716,6 +750,8 @@ pub struct ForwardTile<'a, const T: usize> {
     key_rows: &'a [f32],
     /// `[S', Wv]`
     value_rows: &'a [f32],
+    /// The largest magnitude of each key feature over the pair's keys ([`bounded_shifts`]).
+    key_bound: KeyBound,
     mask: [RowBlock<'a>; T],
     rows: FullyMaskedRows,
     source_len: usize,
@@ -728,67 +764,36 @@ pub struct ForwardTile<'a, const T: usize> {
     probs: [Option<&'a mut [f32]>; T],
 }
 
+/// `max_j |k_jd|` for each of a pair's [`FUSED_WIDTH`] key features, over its real keys; infinite
+/// at other widths (no bound known).
+type KeyBound = [f32; FUSED_WIDTH];
+
 /// The value width whose forward steps take their exponentials and weighted sum in one pass
 /// ([`Vector::exp_weighted_rows`]): heads of 4 features, the question's.
 const FUSED_WIDTH: usize = 4;
 
-/// The forward pass of `T` tiles, `step` keys at a time with the online softmax: the keys and
-/// values stream past once for all of them, each element broadcast once for the `T` tiles.
+/// The forward pass of `T` tiles, `step` keys at a time ([`steps`]): the keys and values stream
+/// past once for all of them, each element broadcast once for the `T` tiles.
 #[inline(always)]
 fn forward_tile<V: Vector, const NR: usize, const NP: usize, const T: usize>(
     mut job: ForwardTile<T>,
     scratch: &mut Scratch,
 ) {
-    let step = scratch.step_of(T);
-    let (wk, wv) = (job.query_t[0].len(), job.output[0].len() / LANES);
-    let mut contexts: [&mut [Lanes]; T] = per_tile(&mut scratch.first, wv);
+    let wv = job.output[0].len() / LANES;
+    // The contexts leave the scratch for the walk, which borrows the rest of it.
+    let mut context_buffer = std::mem::take(&mut scratch.first);
+    let mut contexts: [&mut [Lanes]; T] = per_tile(&mut context_buffer, wv);
     contexts.iter_mut().for_each(|context| context.fill([0.0; LANES]));
-    let mut max = [[f32::NEG_INFINITY; LANES]; T];
-    let mut sum = [[0.0; LANES]; T];
     // The keys past the last one a row may attend (padding, or the padded length) need no score:
     // stopping there spares the last step its masking (the seed's 136 keys are one step of 136,
     // not of 144 with 8 masked: 10-12% of its forward pass on one thread of an Intel Xeon).
     let (lo, hi) = joint_range(job.mask.map(|mask| mask.keys));
-    let hi = hi.min(job.mask.iter().map(|mask| mask.key_end).max().unwrap_or(0));
-    for start in (lo..hi).step_by(step) {
-        let n = step.min(hi - start);
-        let mut scores: [&mut [Lanes]; T] = per_tile(&mut scratch.scores, n);
-        let bias = job.mask.map(|mask| mask.bias);
-        step_scores::<V, NR, NP, T>(job.query_t, &job.key_rows[start * wk..], bias, start, &mut scores);
-        let bits: [&mut [u16]; T] = per_tile(&mut scratch.bits, n);
-        let keep: [&mut [u16]; T] = per_tile(&mut scratch.keep, n);
-        for t in 0..T {
-            let (mask, scores, bits) = (&job.mask[t], &mut *scores[t], &mut *bits[t]);
-            let masked = !mask.all_allowed(start, start + n);
-            if masked {
-                mask_scores::<V>(scores, bits, |j| mask.bits(start + j));
-            }
-            let new_max = lane_max::<V>(scores, max[t]);
-            if new_max != max[t] {
-                // Rows whose maximum grew rescale what they have summed so far.
-                let mut alpha = [0.0; LANES];
-                exp_nonpositive(V::load(&lanes(|i| max[t][i] - reference(new_max[i])))).store(&mut alpha);
-                sum[t] = lanes(|i| sum[t][i] * alpha[i]);
-                contexts[t].iter_mut().for_each(|c| *c = lanes(|i| c[i] * alpha[i]));
-                max[t] = new_max;
-            }
-            let shift = V::load(&lanes(|i| reference(max[t][i])));
-            let dropout = mask.keep_bits(start, keep[t]);
-            // Heads of `FUSED_WIDTH` features add the step to their context here.
-            let fused = (wv == FUSED_WIDTH).then(|| (&job.value_rows[start * wv..], &mut *contexts[t]));
-            let step_sum = match (masked, dropout) {
-                (false, false) => step_exponentials::<V, false, false>(scores, shift, bits, keep[t], fused),
-                (true, false) => step_exponentials::<V, true, false>(scores, shift, bits, keep[t], fused),
-                (false, true) => step_exponentials::<V, false, true>(scores, shift, bits, keep[t], fused),
-                (true, true) => step_exponentials::<V, true, true>(scores, shift, bits, keep[t], fused),
-            };
-            V::load(&sum[t]).add(step_sum).store(&mut sum[t]);
-        }
-        if wv != FUSED_WIDTH {
-            let weights = scores.each_ref().map(|scores| &scores[..]);
-            accumulate::<V, NR, NP, T>(weights, &job.value_rows[start * wv..], wv, &mut contexts, scratch.split_sums);
-        }
-    }
+    let keys = (lo, hi.min(job.mask.iter().map(|mask| mask.key_end).max().unwrap_or(0)));
+    // Per tile, each row's maximum (-inf for a row that saw no allowed key) and sum.
+    let (max, sum) = match bounded_shifts::<V, T>(&job) {
+        Some(shifts) => steps::<V, NR, NP, T, true>(&job, keys, shifts, scratch, &mut contexts),
+        None => steps::<V, NR, NP, T, false>(&job, keys, [[0.0; LANES]; T], scratch, &mut contexts),
+    };
     // A row that saw no allowed key keeps max = -inf: zero attention, or uniform.
     let mut uniform_value: Option<Vec<f32>> = None;
     for t in 0..T {
@@ -820,6 +825,111 @@ fn forward_tile<V: Vector, const NR: usize, const NP: usize, const T: usize>(
             write_probs::<V, NR>(tile, job.key_rows, job.rows, job.source_len, max, inv, scratch, probs);
         }
     }
+    scratch.first = context_buffer;
+}
+
+/// The steps of `T` tiles: per step the logits, the shift each row's exponentials are taken
+/// against, the exponentials and their weighted sum. Without `BOUNDED` the shift is the running
+/// maximum of FlashAttention-2's online softmax (what the rows summed so far rescaled where it
+/// grew); with it, `shifts` from [`bounded_shifts`], fixed, so no maximum is taken and the
+/// exponentials need no clamp. Returns each row's shift (-inf for a row that saw no allowed key)
+/// and sum.
+#[inline(always)]
+fn steps<V: Vector, const NR: usize, const NP: usize, const T: usize, const BOUNDED: bool>(
+    job: &ForwardTile<T>,
+    (lo, hi): (usize, usize),
+    shifts: [Lanes; T],
+    scratch: &mut Scratch,
+    contexts: &mut [&mut [Lanes]; T],
+) -> ([Lanes; T], [Lanes; T]) {
+    let step = scratch.step_of(T);
+    let (wk, wv) = (job.query_t[0].len(), job.output[0].len() / LANES);
+    let mut max = [[f32::NEG_INFINITY; LANES]; T];
+    let mut sum = [[0.0; LANES]; T];
+    for start in (lo..hi).step_by(step) {
+        let n = step.min(hi - start);
+        let mut scores: [&mut [Lanes]; T] = per_tile(&mut scratch.scores, n);
+        let bias = job.mask.map(|mask| mask.bias);
+        step_scores::<V, NR, NP, T>(job.query_t, &job.key_rows[start * wk..], bias, start, &mut scores);
+        let bits: [&mut [u16]; T] = per_tile(&mut scratch.bits, n);
+        let keep: [&mut [u16]; T] = per_tile(&mut scratch.keep, n);
+        for t in 0..T {
+            let (mask, scores, bits) = (&job.mask[t], &mut *scores[t], &mut *bits[t]);
+            let masked = !mask.all_allowed(start, start + n);
+            if masked {
+                mask_scores::<V>(scores, bits, |j| mask.bits(start + j));
+            }
+            if BOUNDED {
+                // The rows with an allowed key in the step take their shift.
+                let seen = if masked { bits.iter().fold(0, |seen, &b| seen | b) } else { FULL };
+                max[t] = lanes(|i| if seen >> i & 1 == 1 { shifts[t][i] } else { max[t][i] });
+            } else {
+                let new_max = lane_max::<V>(scores, max[t]);
+                if new_max != max[t] {
+                    // Rows whose maximum grew rescale what they have summed so far.
+                    let mut alpha = [0.0; LANES];
+                    exp_nonpositive(V::load(&lanes(|i| max[t][i] - reference(new_max[i])))).store(&mut alpha);
+                    sum[t] = lanes(|i| sum[t][i] * alpha[i]);
+                    contexts[t].iter_mut().for_each(|c| *c = lanes(|i| c[i] * alpha[i]));
+                    max[t] = new_max;
+                }
+            }
+            let shift = V::load(&lanes(|i| reference(max[t][i])));
+            let dropout = mask.keep_bits(start, keep[t]);
+            // Heads of `FUSED_WIDTH` features add the step to their context here.
+            let fused = (wv == FUSED_WIDTH).then(|| (&job.value_rows[start * wv..], &mut *contexts[t]));
+            let step_sum = with_flags!(masked, dropout, |MASKED, DROPOUT| {
+                step_exponentials::<V, MASKED, DROPOUT, BOUNDED>(scores, shift, bits, keep[t], fused)
+            });
+            V::load(&sum[t]).add(step_sum).store(&mut sum[t]);
+        }
+        if wv != FUSED_WIDTH {
+            let weights = scores.each_ref().map(|scores| &scores[..]);
+            accumulate::<V, NR, NP, T>(weights, &job.value_rows[start * wv..], wv, contexts, scratch.split_sums);
+        }
+    }
+    (max, sum)
+}
+
+/// The farthest below 0 a logit minus its bounded shift may lie ([`bounded_shifts`]): the
+/// exponentials then stay above `exp(-16)` (about 1e-7), far from the clamp and from denormal
+/// products, and a logit's rounding against the shift costs at most 16 ulp of 1.
+pub(crate) const BOUNDED_GAP: f32 = 16.0;
+
+/// Shifts that bound the logits of `T` tiles from above, where the tiles allow them: queries and
+/// keys of [`FUSED_WIDTH`] features, no float mask, and every logit within [`BOUNDED_GAP`] of its
+/// shift. Softmax is the same for any shift; the running maximum is only one that keeps every
+/// exponential at most 1. By Hölder's inequality `|q̃_t · k_j| <= Σ_d |q̃_td| M_d` with `M_d =
+/// max_j |k_jd|` over the pair's keys ([`ForwardTile::key_bound`]); with that sum (a little
+/// above it, for rounding) as row `t`'s shift, every logit minus its shift lies in `[-2 shift_t,
+/// 0]`, and its exponential in `[exp(-BOUNDED_GAP), 1]`: all normal floats, normalised by
+/// their sum as before.
+#[inline(always)]
+fn bounded_shifts<V: Vector, const T: usize>(job: &ForwardTile<T>) -> Option<[Lanes; T]> {
+    if job.query_t[0].len() != FUSED_WIDTH || job.mask.iter().any(|mask| mask.bias.is_some()) {
+        return None;
+    }
+    let mut shifts = [[0.0; LANES]; T];
+    for (shift, query) in shifts.iter_mut().zip(job.query_t) {
+        *shift = tile_shift::<V>(query, &job.key_bound)?;
+    }
+    Some(shifts)
+}
+
+/// One tile's shifts for [`bounded_shifts`]: `Σ_d |q̃_td| M_d` per row, if every row's is within
+/// half of [`BOUNDED_GAP`].
+#[inline(always)]
+fn tile_shift<V: Vector>(query: &[Lanes], key_bound: &KeyBound) -> Option<Lanes> {
+    let mut bound = V::zero();
+    for (q, &m) in query.iter().zip(key_bound) {
+        let q = V::load(q);
+        bound = q.max(V::zero().sub(q)).mul_add(V::splat(m), bound);
+    }
+    // Rounding moves a logit and the bound by a few ulp of the bound: 2^-12 covers both.
+    let mut shift = [0.0; LANES];
+    bound.mul(V::splat(1.0 + 1.0 / 4096.0)).store(&mut shift);
+    // (False for NaN and infinities too: those take the online softmax.)
+    shift.iter().all(|&bound| 2.0 * bound <= BOUNDED_GAP).then_some(shift)
 }
 
 /// One tile's exponentials of a step ([`exponentials`]), or with `fused` (the step's value rows
@@ -827,7 +937,7 @@ fn forward_tile<V: Vector, const NR: usize, const NP: usize, const T: usize>(
 /// weighted sum in one pass ([`Vector::exp_weighted_rows`]): there a pass of its own would be
 /// `FUSED_WIDTH` chains of multiply-adds, too few to keep two FMA ports busy. Returns the sum.
 #[inline(always)]
-fn step_exponentials<V: Vector, const MASKED: bool, const DROPOUT: bool>(
+fn step_exponentials<V: Vector, const MASKED: bool, const DROPOUT: bool, const BOUNDED: bool>(
     scores: &mut [Lanes],
     shift: V,
     bits: &[u16],
@@ -837,7 +947,7 @@ fn step_exponentials<V: Vector, const MASKED: bool, const DROPOUT: bool>(
     match fused {
         Some((values, context)) => {
             let rows = WeightedRows { scores, bits, keep, values, stride: FUSED_WIDTH };
-            V::exp_weighted_rows::<FUSED_WIDTH, MASKED, DROPOUT>(rows, shift, context)
+            V::exp_weighted_rows::<FUSED_WIDTH, MASKED, DROPOUT, BOUNDED>(rows, shift, context)
         }
         None => exponentials::<V, MASKED, DROPOUT>(scores, shift, bits, keep),
     }
@@ -1148,12 +1258,9 @@ fn key_value_tile<V: Vector, const NR: usize, const NP: usize, const T: usize>(
             let masked = !mask.all_allowed(start, real);
             let dropout = mask.keep_bits(start, keep[t]);
             let rows = StepRows { start, row_max: job.row_max, inv_row_sum: job.inv_row_sum, row_dot: job.row_dot };
-            match (masked, dropout) {
-                (false, false) => probability_grads::<V, false, false>(rows, mask, probs, grads, keep[t]),
-                (true, false) => probability_grads::<V, true, false>(rows, mask, probs, grads, keep[t]),
-                (false, true) => probability_grads::<V, false, true>(rows, mask, probs, grads, keep[t]),
-                (true, true) => probability_grads::<V, true, true>(rows, mask, probs, grads, keep[t]),
-            }
+            with_flags!(masked, dropout, |MASKED, DROPOUT| {
+                probability_grads::<V, MASKED, DROPOUT>(rows, mask, probs, grads, keep[t])
+            });
         }
         let split = scratch.split_sums;
         let kept = probs.each_ref().map(|probs| &probs[..]);
@@ -1350,6 +1457,9 @@ fn pair_rows(x: Operand<'_>, dims: Dims, pair: usize, len: usize, width: usize) 
 }
 
 /// `[B, len, h, w] -> [pairs, len', W]`, zero-padded rows and features (every element written).
+/// Where `bound` asks, returns each pair's [`KeyBound`] (infinite unless `w = W =`
+/// [`FUSED_WIDTH`]), found as the rows are copied.
+#[allow(clippy::too_many_arguments)]
 fn pack_rows(
     x: Operand,
     dims: Dims,
@@ -1358,38 +1468,52 @@ fn pack_rows(
     padded_len: usize,
     padded_width: usize,
     out: &mut [f32],
-) {
+    bound: bool,
+) -> Vec<KeyBound> {
     if padded_len == 0 || padded_width == 0 {
-        return;
+        return vec![[f32::INFINITY; FUSED_WIDTH]; dims.pairs()];
     }
-    out.par_chunks_mut(padded_len * padded_width).enumerate().for_each(|(pair, out)| {
+    let packed = out.par_chunks_mut(padded_len * padded_width).enumerate().map(|(pair, out)| {
         let (rows, padding) = out.split_at_mut(len * padded_width);
         let first = x.layout.row(&dims, pair, len, width, 0);
+        padding.fill(0.0);
         match (width, padded_width) {
-            (4, 4) => copy_rows::<4>(&x.values[first..], x.layout.row_stride, rows),
+            (FUSED_WIDTH, FUSED_WIDTH) => match bound {
+                true => copy_rows::<FUSED_WIDTH, true>(&x.values[first..], x.layout.row_stride, rows),
+                false => copy_rows::<FUSED_WIDTH, false>(&x.values[first..], x.layout.row_stride, rows),
+            },
             _ => {
                 for (row, out) in pair_rows(x, dims, pair, len, width).zip(rows.chunks_exact_mut(padded_width)) {
                     copy_row(&mut out[..width], row);
                     out[width..].fill(0.0);
                 }
+                [f32::INFINITY; FUSED_WIDTH]
             }
         }
-        padding.fill(0.0);
     });
+    packed.collect()
 }
 
 /// The rows of `W` features `stride` apart in `src` into `out`, one after another, each moved as
-/// one array. At heads of 4 features the general loop (an iterator of rows, a loop of elements
-/// and a padding fill per row) took 136 µs of the seed's 2.1 ms forward pass to pack its keys
-/// and values (one thread, AVX2, an Intel Xeon), this 63; at 8 and 16 features the two measured
-/// the same.
+/// one array; returns each feature's largest magnitude where `BOUND` (else infinity). At heads of 4 features the general loop
+/// (an iterator of rows, a loop of elements and a padding fill per row) took 136 µs of the
+/// seed's 2.1 ms forward pass to pack its keys and values (one thread, AVX2, an Intel Xeon),
+/// this 63; at 8 and 16 features the two measured the same.
 #[inline(always)]
-fn copy_rows<const W: usize>(src: &[f32], stride: usize, out: &mut [f32]) {
+fn copy_rows<const W: usize, const BOUND: bool>(src: &[f32], stride: usize, out: &mut [f32]) -> [f32; W] {
+    let mut bound = [0.0f32; W];
     for (r, out) in out.chunks_exact_mut(W).enumerate() {
         let row: &[f32; W] = src[r * stride..][..W].try_into().expect("a row of W");
         let out: &mut [f32; W] = out.try_into().expect("a row of W");
         *out = *row;
+        if BOUND {
+            for (bound, x) in bound.iter_mut().zip(row) {
+                // A comparison, not `f32::max`, whose NaN rule keeps it from vectorising.
+                *bound = if x.abs() > *bound { x.abs() } else { *bound };
+            }
+        }
     }
+    if BOUND { bound } else { [f32::INFINITY; W] }
 }
 
 /// `[B, len, h, w] -> [pairs, len'/16, W]` lanes (16 rows to a vector), times `scale`; padded
@@ -1736,17 +1860,30 @@ mod tests {
 
     /// The kernel against float64 attention: output and all three gradients.
     fn check(dims: Dims, rule: Rule, rows: FullyMaskedRows, isas: &[Isa]) {
-        check_with_bias(dims, rule, rows, isas, None);
+        check_scaled(dims, rule, rows, isas, None, 1.0);
     }
 
     /// [`check`] with a float mask `bias` on the logits.
     fn check_with_bias(dims: Dims, rule: Rule, rows: FullyMaskedRows, isas: &[Isa], bias: Option<FloatBias>) {
+        check_scaled(dims, rule, rows, isas, bias, 1.0);
+    }
+
+    /// [`check_with_bias`] with the query, key and value in `[-2 magnitude, 2 magnitude)`.
+    fn check_scaled(
+        dims: Dims,
+        rule: Rule,
+        rows: FullyMaskedRows,
+        isas: &[Isa],
+        bias: Option<FloatBias>,
+        magnitude: f32,
+    ) {
         let Dims { query_len, source_len, key_dim, value_dim, .. } = dims;
         let pairs = dims.pairs();
+        let scaled = |n: usize, seed: u64| values(n, seed).into_iter().map(|x| x * magnitude).collect::<Vec<_>>();
         // Pair-major inputs for the reference, heads-last for the kernel.
-        let q = values(pairs * query_len * key_dim, 1);
-        let k = values(pairs * source_len * key_dim, 2);
-        let v = values(pairs * source_len * value_dim, 3);
+        let q = scaled(pairs * query_len * key_dim, 1);
+        let k = scaled(pairs * source_len * key_dim, 2);
+        let v = scaled(pairs * source_len * value_dim, 3);
         let g = values(pairs * query_len * value_dim, 4);
         let scale = 1.0 / (key_dim as f32).sqrt();
         let last = |x: &[f32], len: usize, width: usize| heads_last(x, dims, len, len, width, width);
@@ -1844,6 +1981,55 @@ mod tests {
                     check(dims, rule, rows, &Isa::available());
                 }
             }
+        }
+    }
+
+    /// Heads of 4 features whose logits stay small take [`bounded_shifts`] (inputs within 1/4:
+    /// every shift under 1/2); larger ones the online softmax (within 4: most rows' shifts near
+    /// 16, above `BOUNDED_GAP / 2`). Both, with masks and value widths fused or not, as the
+    /// reference.
+    #[test]
+    fn narrow_heads_with_small_and_large_logits() {
+        for magnitude in [0.125, 2.0] {
+            for (source_len, query_len, value_dim) in [(150, 140, 4), (37, 19, 7)] {
+                let dims = Dims { batch: 2, heads: 3, query_len, source_len, key_dim: 4, value_dim };
+                for rule in [Rule::None, Rule::Padding, Rule::General { causal: true }] {
+                    check_scaled(dims, rule, FullyMaskedRows::Uniform, &Isa::available(), None, magnitude);
+                }
+            }
+        }
+    }
+
+    /// A tile's bounded shifts hold every logit `q̃ · k` of keys within the bound in `[-shift,
+    /// shift]`, extremes included; logits that may reach beyond half of `BOUNDED_GAP`, and
+    /// bounds that are not finite, give none.
+    #[test]
+    fn tile_shifts_bound_every_logit_or_refuse() {
+        let tile = |magnitude: f32| -> Vec<Lanes> {
+            let v = values(LANES * FUSED_WIDTH, 7);
+            (0..FUSED_WIDTH).map(|d| lanes(|i| v[d * LANES + i] * magnitude)).collect()
+        };
+        let keys: Vec<f32> = values(64 * FUSED_WIDTH, 8);
+        let mut bound: KeyBound = [0.0; FUSED_WIDTH];
+        for key in keys.chunks_exact(FUSED_WIDTH) {
+            bound.iter_mut().zip(key).for_each(|(b, k)| *b = b.max(k.abs()));
+        }
+        let query = tile(0.5);
+        let shift = tile_shift::<Portable>(&query, &bound).expect("small logits are bounded");
+        // Every key, and each corner of the bound's box.
+        let corners = (0..1 << FUSED_WIDTH).map(|signs: usize| {
+            std::array::from_fn::<f32, FUSED_WIDTH, _>(|d| if signs >> d & 1 == 1 { bound[d] } else { -bound[d] })
+        });
+        for key in keys.chunks_exact(FUSED_WIDTH).map(|k| <[f32; FUSED_WIDTH]>::try_from(k).unwrap()).chain(corners) {
+            for i in 0..LANES {
+                let logit: f32 = (0..FUSED_WIDTH).map(|d| query[d][i] * key[d]).sum();
+                assert!(logit.abs() <= shift[i], "row {i}: logit {logit} beyond its shift {}", shift[i]);
+            }
+        }
+        assert!(tile_shift::<Portable>(&tile(8.0), &bound).is_none(), "logits up to 32 take no bound");
+        for infinite in [f32::INFINITY, f32::NAN] {
+            let bound = [1.0, infinite, 1.0, 1.0];
+            assert!(tile_shift::<Portable>(&query, &bound).is_none(), "a key bound of {infinite}");
         }
     }
 

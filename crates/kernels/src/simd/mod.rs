@@ -192,6 +192,12 @@ pub(crate) trait Vector: Copy {
     fn exp_nonpositive(self) -> Self {
         exp_nonpositive(self)
     }
+    /// `exp(self)` for lanes in `[-BOUNDED_GAP, 0]` (the attention kernel's bounded steps):
+    /// an instruction set whose `exp` clamps its argument may leave the clamp out.
+    #[inline(always)]
+    fn exp_bounded(self) -> Self {
+        self.exp_nonpositive()
+    }
     /// One step of the online softmax with its weighted sum, fused, for value rows of `W`
     /// features (a narrow head): for each row `j` of `rows`, `p = exp(scores[j] - shift)`, 0 in
     /// the lanes `bits[j]` blocks where `MASKED`; `p` counts in the returned sum; where `DROPOUT`
@@ -199,8 +205,11 @@ pub(crate) trait Vector: Copy {
     /// At narrow widths a pass that stores `p` and one that reads it back for `W` chains of
     /// multiply-adds leave the FMA ports idle in turns; fused, the exponentials' independent work
     /// fills the chains' waits. One running sum: a row's other work outlasts an add's latency.
+    /// With `BOUNDED`, every allowed lane's `scores[j] - shift` lies in `[-BOUNDED_GAP, 0]`
+    /// ([`Vector::exp_bounded`]); blocked lanes' exponentials may then be anything before the
+    /// mask zeroes them.
     #[inline(always)]
-    fn exp_weighted_rows<const W: usize, const MASKED: bool, const DROPOUT: bool>(
+    fn exp_weighted_rows<const W: usize, const MASKED: bool, const DROPOUT: bool, const BOUNDED: bool>(
         rows: WeightedRows,
         shift: Self,
         context: &mut [Lanes],
@@ -212,7 +221,9 @@ pub(crate) trait Vector: Copy {
         }
         let mut sum = Self::zero();
         for (score, row, bits, keep) in rows.iter() {
-            sum = sum.add(weighted_row::<Self, W, MASKED, DROPOUT>(score, shift, bits, keep, &row[..W], &mut acc));
+            let x = Self::load(score).sub(shift);
+            let p = if BOUNDED { x.exp_bounded() } else { x.exp_nonpositive() };
+            sum = sum.add(add_weighted::<Self, W, MASKED, DROPOUT>(p, bits, keep, &row[..W], &mut acc));
         }
         for (acc, context) in acc.iter().zip(context.iter_mut()) {
             acc.store(context);
@@ -278,7 +289,12 @@ pub(crate) fn masked_exp<V: Vector, const MASKED: bool, const DROPOUT: bool>(
     bits: u16,
     keep: u16,
 ) -> (V, V) {
-    let mut p = V::load(score).sub(shift).exp_nonpositive();
+    masked::<V, MASKED, DROPOUT>(V::load(score).sub(shift).exp_nonpositive(), bits, keep)
+}
+
+/// The exponentials `p` as [`masked_exp`] returns them: counted, and kept.
+#[inline(always)]
+fn masked<V: Vector, const MASKED: bool, const DROPOUT: bool>(mut p: V, bits: u16, keep: u16) -> (V, V) {
     if MASKED {
         p = p.keep(bits);
     }
@@ -289,20 +305,18 @@ pub(crate) fn masked_exp<V: Vector, const MASKED: bool, const DROPOUT: bool>(
     (counted, p)
 }
 
-/// One row of [`Vector::exp_weighted_rows`]: `p = exp(score - shift)` (masked by `bits` where
-/// `MASKED`), returned for the sum; `acc[d] += p · row[d]`, `p` kept by `keep` first where
-/// `DROPOUT`. (A function, not a closure: a closure does not inherit the caller's target
-/// features.)
+/// One row's exponentials `p` into a weighted sum: masked by `bits` where `MASKED` and returned
+/// for the sum; `acc[d] += p · row[d]`, `p` kept by `keep` first where `DROPOUT`. (A function, not
+/// a closure: a closure does not inherit the caller's target features.)
 #[inline(always)]
-fn weighted_row<V: Vector, const W: usize, const MASKED: bool, const DROPOUT: bool>(
-    score: &Lanes,
-    shift: V,
+fn add_weighted<V: Vector, const W: usize, const MASKED: bool, const DROPOUT: bool>(
+    p: V,
     bits: u16,
     keep: u16,
     row: &[f32],
     acc: &mut [V; W],
 ) -> V {
-    let (counted, p) = masked_exp::<V, MASKED, DROPOUT>(score, shift, bits, keep);
+    let (counted, p) = masked::<V, MASKED, DROPOUT>(p, bits, keep);
     for (acc, &v) in acc.iter_mut().zip(row) {
         *acc = p.mul_add(V::splat(v), *acc);
     }

@@ -210,11 +210,15 @@ impl Vector for Avx2 {
     fn exp_nonpositive(self) -> Self {
         Avx2([exp_half(self.0[0]), exp_half(self.0[1])])
     }
+    #[inline(always)]
+    fn exp_bounded(self) -> Self {
+        Avx2([exp_half_unclamped(self.0[0]), exp_half_unclamped(self.0[1])])
+    }
     /// [`Vector::exp_weighted_rows`] one half at a time: both halves' accumulators, the
     /// exponentials' temporaries and constants do not fit in AVX2's 16 registers together, and
     /// spilled they make each row a store and a reload.
     #[inline(always)]
-    fn exp_weighted_rows<const W: usize, const MASKED: bool, const DROPOUT: bool>(
+    fn exp_weighted_rows<const W: usize, const MASKED: bool, const DROPOUT: bool, const BOUNDED: bool>(
         rows: WeightedRows,
         shift: Self,
         context: &mut [Lanes],
@@ -223,19 +227,16 @@ impl Vector for Avx2 {
         let mut total = Self::zero().0;
         for (half, total) in total.iter_mut().enumerate() {
             unsafe {
-                let mut acc = [_mm256_setzero_ps(); W];
-                for (acc, context) in acc.iter_mut().zip(context.iter()) {
-                    *acc = _mm256_loadu_ps(context.as_ptr().add(8 * half));
-                }
+                let mut acc = load_half::<W>(context, half);
                 let (shift, mut sum) = (shift.0[half], _mm256_setzero_ps());
                 for (score, row, bits, keep) in rows.iter() {
-                    let (score, bits, keep) = (&score[8 * half..], bits >> (8 * half), keep >> (8 * half));
-                    let p = weighted_row_half::<W, MASKED, DROPOUT>(score, shift, bits, keep, &row[..W], &mut acc);
-                    sum = _mm256_add_ps(sum, p);
+                    let x = _mm256_sub_ps(_mm256_loadu_ps(score[8 * half..].as_ptr()), shift);
+                    let p = if BOUNDED { exp_half_unclamped(x) } else { exp_half(x) };
+                    let (bits, keep) = (bits >> (8 * half), keep >> (8 * half));
+                    sum =
+                        _mm256_add_ps(sum, add_weighted_half::<W, MASKED, DROPOUT>(p, bits, keep, &row[..W], &mut acc));
                 }
-                for (acc, context) in acc.iter().zip(context.iter_mut()) {
-                    _mm256_storeu_ps(context.as_mut_ptr().add(8 * half), *acc);
-                }
+                store_half(&acc, context, half);
                 *total = sum;
             }
         }
@@ -267,15 +268,23 @@ fn keep_half(x: __m256, bits: u16) -> __m256 {
     }
 }
 
-/// `exp(x)` for lanes `x <= 0` of one AVX2 register: `exp(x) = 2^t` with `8t` rounded to
-/// `n = 8e + j` (by adding `1.5 * 2^23`, which leaves `n` in the sum's low mantissa bits) and
-/// `g = 8t - n`: `2^(g/8)` from a cubic, times `2^(j/8)` from a register indexed by the low 3
-/// bits of `n`, whose entries hold their bits minus `j << 20` so that adding `n << 20` sets the
-/// exponent `e` in the same integer add (`super::exp` gives the error). Only inside functions
-/// compiled with `avx2,fma`.
+/// `exp(x)` for lanes `x <= 0` of one AVX2 register: clamped to [`super::exp::UNDERFLOW`], then
+/// [`exp_half_unclamped`]. Only inside functions compiled with `avx2,fma`.
 #[inline(always)]
 fn exp_half(x: __m256) -> __m256 {
-    use super::exp::{EIGHTHS, LOG2_E, POW2_ON_EIGHTHS, ROUND_MAGIC, UNDERFLOW};
+    // SAFETY: see the `Vector` implementations.
+    exp_half_unclamped(unsafe { _mm256_max_ps(x, _mm256_set1_ps(super::exp::UNDERFLOW)) })
+}
+
+/// `exp(x)` for lanes `x` in `[UNDERFLOW, 0]` of one AVX2 register (below, the exponent bits
+/// wrap): `exp(x) = 2^t` with `8t` rounded to `n = 8e + j` (by adding `1.5 * 2^23`, which leaves
+/// `n` in the sum's low mantissa bits) and `g = 8t - n`: `2^(g/8)` from a cubic, times `2^(j/8)`
+/// from a register indexed by the low 3 bits of `n`, whose entries hold their bits minus `j <<
+/// 20` so that adding `n << 20` sets the exponent `e` in the same integer add (`super::exp`
+/// gives the error). Only inside functions compiled with `avx2,fma`.
+#[inline(always)]
+fn exp_half_unclamped(x: __m256) -> __m256 {
+    use super::exp::{EIGHTHS, LOG2_E, POW2_ON_EIGHTHS, ROUND_MAGIC};
     const TABLE: [i32; 8] = {
         let mut table = [0; 8];
         let mut j = 0;
@@ -289,11 +298,10 @@ fn exp_half(x: __m256) -> __m256 {
     // SAFETY: see the `Vector` implementations.
     unsafe {
         let table = _mm256_loadu_si256(TABLE.as_ptr().cast());
-        let clamped = _mm256_max_ps(x, _mm256_set1_ps(UNDERFLOW));
         let eight_log2_e = _mm256_set1_ps(8.0 * LOG2_E);
-        let rounded = _mm256_fmadd_ps(clamped, eight_log2_e, _mm256_set1_ps(ROUND_MAGIC));
+        let rounded = _mm256_fmadd_ps(x, eight_log2_e, _mm256_set1_ps(ROUND_MAGIC));
         let minus_n = _mm256_sub_ps(_mm256_set1_ps(ROUND_MAGIC), rounded);
-        let g = _mm256_fmadd_ps(clamped, eight_log2_e, minus_n); // 8t - n, |g| <= 1/2
+        let g = _mm256_fmadd_ps(x, eight_log2_e, minus_n); // 8t - n, |g| <= 1/2
         let q = _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(c3), g, _mm256_set1_ps(c2)), g, _mm256_set1_ps(c1));
         let n = _mm256_castps_si256(rounded); // low mantissa bits: n
         let scale = _mm256_add_epi32(_mm256_permutevar8x32_epi32(table, n), _mm256_slli_epi32::<20>(n));
@@ -303,32 +311,51 @@ fn exp_half(x: __m256) -> __m256 {
     }
 }
 
-/// One row of [`Avx2::exp_weighted_rows`] in one half: `p = exp(score - shift)` (masked by
-/// `bits` where `MASKED`), returned for the sum; `acc[d] += p · row[d]`, `p` kept by `keep` first
-/// where `DROPOUT`. Only inside functions compiled with `avx2,fma`.
+/// One row's exponentials `p` of one half into [`Avx2::exp_weighted_rows`]' sums: masked by
+/// `bits` where `MASKED` and returned for the sum; `acc[d] += p · row[d]`, `p` kept by `keep`
+/// first where `DROPOUT`. Only inside functions compiled with `avx2,fma`.
 #[inline(always)]
-fn weighted_row_half<const W: usize, const MASKED: bool, const DROPOUT: bool>(
-    score: &[f32],
-    shift: __m256,
+fn add_weighted_half<const W: usize, const MASKED: bool, const DROPOUT: bool>(
+    mut p: __m256,
     bits: u16,
     keep: u16,
     row: &[f32],
     acc: &mut [__m256; W],
 ) -> __m256 {
-    let (score, row) = (&score[..8], &row[..W]);
-    // SAFETY: see the `Vector` implementations; `score` holds 8 floats.
+    if MASKED {
+        p = keep_half(p, bits);
+    }
+    let counted = p;
+    if DROPOUT {
+        p = keep_half(p, keep);
+    }
+    // SAFETY: see the `Vector` implementations.
     unsafe {
-        let mut p = exp_half(_mm256_sub_ps(_mm256_loadu_ps(score.as_ptr()), shift));
-        if MASKED {
-            p = keep_half(p, bits);
-        }
-        let counted = p;
-        if DROPOUT {
-            p = keep_half(p, keep);
-        }
-        for (acc, v) in acc.iter_mut().zip(row) {
+        for (acc, v) in acc.iter_mut().zip(&row[..W]) {
             *acc = _mm256_fmadd_ps(p, _mm256_broadcast_ss(v), *acc);
         }
-        counted
+    }
+    counted
+}
+
+/// Half `half` (lanes `8 half..8 half + 8`) of the first `W` vectors of `x`, in registers. Only
+/// inside functions compiled with `avx2`.
+#[inline(always)]
+fn load_half<const W: usize>(x: &[Lanes], half: usize) -> [__m256; W] {
+    let mut out = [unsafe { _mm256_setzero_ps() }; W];
+    for (out, x) in out.iter_mut().zip(&x[..W]) {
+        // SAFETY: see the `Vector` implementations; 8 of the 16 floats.
+        *out = unsafe { _mm256_loadu_ps(x[8 * half..].as_ptr()) };
+    }
+    out
+}
+
+/// `acc` into half `half` of the first `W` vectors of `x`. Only inside functions compiled with
+/// `avx2`.
+#[inline(always)]
+fn store_half<const W: usize>(acc: &[__m256; W], x: &mut [Lanes], half: usize) {
+    for (acc, x) in acc.iter().zip(&mut x[..W]) {
+        // SAFETY: see the `Vector` implementations; 8 of the 16 floats.
+        unsafe { _mm256_storeu_ps(x[8 * half..].as_mut_ptr(), *acc) };
     }
 }
