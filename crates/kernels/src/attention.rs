@@ -218,7 +218,7 @@ fn forward_operands(operands: [Operand; 3], dims: Dims, scale: f32, mask: Mask) 
     let isa = Isa::best();
     let (output, saved, _) = on_pool(Phase::AttentionForward, || {
         tuning::with_tiles(Pass::Forward, isa, dims, mask.causal, |tiles| {
-            forward_with(isa, tiles, operands, dims, scale, mask, false)
+            forward_with(isa, tiles, Tasks::of(dims), operands, dims, scale, mask, false)
         })
     });
     (output, saved)
@@ -253,15 +253,17 @@ pub fn forward_with_probs(
     let operands = Operand::heads_last([query, key, value], dims);
     let (output, _, probs) = on_pool(Phase::AttentionForward, || {
         tuning::with_tiles(Pass::ForwardWithProbs, isa, dims, mask.causal, |tiles| {
-            forward_with(isa, tiles, operands, dims, scale, mask, true)
+            forward_with(isa, tiles, Tasks::of(dims), operands, dims, scale, mask, true)
         })
     });
     (output, probs.expect("asked for"))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn forward_with(
     isa: Isa,
     tiles: Tiles,
+    tasks: Tasks,
     [query, key, value]: [Operand; 3],
     dims: Dims,
     scale: f32,
@@ -283,11 +285,8 @@ fn forward_with(
 
     // Every element of these is written below (padding too), so none is zeroed first.
     let mut query_t = Buffer::overwritten(pairs * row_blocks * wk);
-    pack_lanes(isa, query, dims, query_len, key_dim, wk, &mut query_t, scale);
     let mut key_rows = Buffer::overwritten(pairs * padded_s * wk);
-    let key_bounds = pack_rows(key, dims, source_len, key_dim, padded_s, wk, &mut key_rows, true);
     let mut value_rows = Buffer::overwritten(pairs * padded_s * wv);
-    pack_rows(value, dims, source_len, value_dim, padded_s, wv, &mut value_rows, false);
 
     let mut output = Buffer::overwritten(pairs * padded_t * wv);
     let mut row_max = Buffer::overwritten(pairs * padded_t);
@@ -302,52 +301,115 @@ fn forward_with(
             .collect(),
         _ => (0..pairs * row_blocks).map(|_| None).collect(),
     };
-    if !dims.is_empty() {
-        // Per pair, its tiles of 16 rows in groups of `tiles.count()` walked together.
-        let group = tiles.count();
+    // Per pair, its tiles of 16 rows in groups of `tiles.count()` walked together.
+    let group = tiles.count();
+    let result = if tasks == Tasks::ByBatch && !dims.is_empty() {
+        // One task per batch element: its pairs' layout changes, their tiles and its output rows
+        // in one parallel region (four otherwise), each pair's keys and values still in cache
+        // for its tiles.
+        let layout = Layout::heads_last(&dims, value_dim);
+        let heads = dims.heads;
+        let per_batch = (
+            query_t.par_chunks_mut(heads * row_blocks * wk),
+            key_rows.par_chunks_mut(heads * padded_s * wk),
+            value_rows.par_chunks_mut(heads * padded_s * wv),
+            output.par_chunks_mut(heads * padded_t * wv),
+            row_max.par_chunks_mut(heads * padded_t),
+            inv_row_sum.par_chunks_mut(heads * padded_t),
+            probs_tiles.par_chunks_mut(heads * row_blocks),
+        );
+        // SAFETY: `scatter_batch` writes every element of its batch's rows, and the batches'
+        // rows cover the heads-last `[B, T, h, dv]`.
+        unsafe {
+            written(pairs * query_len * value_dim, |result| {
+                let per_batch = (result.par_chunks_mut(query_len * layout.row_stride), per_batch).into_par_iter();
+                per_batch.enumerate().for_each_init(
+                    || Scratch::new(dims, isa),
+                    |scratch, (batch, (result, (query_t, key_rows, value_rows, output, row_max, inv_row_sum, probs)))| {
+                        let pairs = query_t
+                            .chunks_mut(row_blocks * wk)
+                            .zip(key_rows.chunks_mut(padded_s * wk))
+                            .zip(value_rows.chunks_mut(padded_s * wv))
+                            .zip(output.chunks_mut(padded_t * wv))
+                            .zip(row_max.chunks_mut(padded_t))
+                            .zip(inv_row_sum.chunks_mut(padded_t))
+                            .zip(probs.chunks_mut(row_blocks));
+                        for (head, ((((((query_t, key_rows), value_rows), output), row_max), inv_row_sum), probs)) in
+                            pairs.enumerate()
+                        {
+                            let pair = batch * heads + head;
+                            pair_lanes(isa, query, dims, pair, query_len, key_dim, query_t, scale);
+                            let key_bound = pair_rows_packed(key, dims, pair, source_len, key_dim, wk, key_rows, true);
+                            pair_rows_packed(value, dims, pair, source_len, value_dim, wv, value_rows, false);
+                            let inputs =
+                                ForwardInputs { dims, query_t, key_rows, value_rows, key_bound, mask: &mask, pair };
+                            for (first_block, outputs) in pair_groups((output, row_max, inv_row_sum, probs), group, wv) {
+                                inputs.run(isa, first_block, outputs, scratch);
+                            }
+                        }
+                        scatter_batch(output, dims, query_len, wv, value_dim, layout, result);
+                    },
+                );
+            })
+        }
+    } else {
+        pack_lanes(isa, query, dims, query_len, key_dim, wk, &mut query_t, scale);
+        let key_bounds = pack_rows(key, dims, source_len, key_dim, padded_s, wk, &mut key_rows, true);
+        pack_rows(value, dims, source_len, value_dim, padded_s, wv, &mut value_rows, false);
         let mut groups = Vec::with_capacity(pairs * row_blocks.div_ceil(group));
-        let per_pair = output
-            .chunks_mut(padded_t * wv)
-            .zip(row_max.chunks_mut(padded_t))
-            .zip(inv_row_sum.chunks_mut(padded_t))
-            .zip(probs_tiles.chunks_mut(row_blocks));
-        for (pair, (((output, row_max), inv_row_sum), probs)) in per_pair.enumerate() {
-            let per_group = output
-                .chunks_mut(group * LANES * wv)
-                .zip(row_max.chunks_mut(group * LANES))
-                .zip(inv_row_sum.chunks_mut(group * LANES))
-                .zip(probs.chunks_mut(group));
-            groups.extend(per_group.enumerate().map(|(g, outputs)| (pair, g * group, outputs)));
+        if dims.is_empty() {
+            // No key (or no row): every output and statistic is 0.
+            [&mut output, &mut row_max, &mut inv_row_sum].into_iter().for_each(|buffer| buffer.fill(0.0));
+        } else {
+            let per_pair = output
+                .chunks_mut(padded_t * wv)
+                .zip(row_max.chunks_mut(padded_t))
+                .zip(inv_row_sum.chunks_mut(padded_t))
+                .zip(probs_tiles.chunks_mut(row_blocks));
+            for (pair, (((output, row_max), inv_row_sum), probs)) in per_pair.enumerate() {
+                let outputs = (output, row_max, inv_row_sum, probs);
+                groups.extend(pair_groups(outputs, group, wv).map(|(first, outputs)| (pair, first, outputs)));
+            }
         }
         groups.into_par_iter().with_min_len(TILES_PER_TASK / group).for_each_init(
             || Scratch::new(dims, isa),
-            |scratch, (pair, first_block, (((output, row_max), inv_row_sum), probs))| {
+            |scratch, (pair, first_block, outputs)| {
                 let inputs = ForwardInputs {
                     dims,
-                    query_t: &query_t[(pair * row_blocks + first_block) * wk..][..probs.len() * wk],
+                    query_t: &query_t[pair * row_blocks * wk..][..row_blocks * wk],
                     key_rows: &key_rows[pair * padded_s * wk..][..padded_s * wk],
                     value_rows: &value_rows[pair * padded_s * wv..][..padded_s * wv],
                     key_bound: key_bounds[pair],
                     mask: &mask,
                     pair,
-                    first_block,
                 };
-                let blocks = probs.len();
-                let outputs = (output, row_max, inv_row_sum, probs);
-                if blocks == 2 {
-                    dispatch!(isa, forward_tile::<2>(inputs.job(outputs), scratch));
-                } else {
-                    dispatch!(isa, forward_tile::<1>(inputs.job(outputs), scratch));
-                }
+                inputs.run(isa, first_block, outputs, scratch);
             },
         );
-    } else {
-        // No key (or no row): every output and statistic is 0.
-        [&mut output, &mut row_max, &mut inv_row_sum].into_iter().for_each(|buffer| buffer.fill(0.0));
-    }
+        heads_last(&output, dims, query_len, padded_t, wv, value_dim) // [B, T, h, dv]
+    };
     drop(probs_tiles);
-    let result = heads_last(&output, dims, query_len, padded_t, wv, value_dim); // [B, T, h, dv]
     (result, Forward { dims, scale, mask, query_t, key_rows, value_rows, output, row_max, inv_row_sum }, probs)
+}
+
+/// How a forward call splits its work into tasks ([`forward_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tasks {
+    /// One per batch element: its pairs' layout changes, their tiles and its output rows, all in
+    /// one parallel region, each pair's keys and values still in cache for its tiles.
+    ByBatch,
+    /// The layout changes first, then the tiles in groups, then the output rows: four parallel
+    /// regions, but work for every thread at any batch size.
+    ByGroup,
+}
+
+impl Tasks {
+    /// [`Tasks::ByBatch`] where the batch gives every thread at least 8 batch elements, enough
+    /// for the threads to finish together: between four regions the seed's forward pass (32
+    /// batch elements, 2 threads) spent 5% of its time waking and parking threads.
+    fn of(dims: Dims) -> Tasks {
+        if dims.batch >= 8 * rayon::current_num_threads() { Tasks::ByBatch } else { Tasks::ByGroup }
+    }
 }
 
 /// The gradients of `Σ output · output_grad` with respect to the forward pass's query, key and
@@ -694,10 +756,10 @@ impl Scratch {
     }
 }
 
-/// What the forward tiles of one group read, and where the group is.
+/// What the forward tiles of one pair read.
 struct ForwardInputs<'a> {
     dims: Dims,
-    /// `[blocks, Wk]` lanes: the group's query tiles.
+    /// `[T'/16, Wk]` lanes: the pair's query tiles.
     query_t: &'a [Lanes],
     /// `[S', Wk]`, `[S', Wv]`: the pair's keys and values.
     key_rows: &'a [f32],
@@ -705,17 +767,28 @@ struct ForwardInputs<'a> {
     key_bound: KeyBound,
     mask: &'a Mask,
     pair: usize,
-    first_block: usize,
 }
 
-/// A group's outputs: `[blocks * 16, Wv]`, `[blocks * 16]` twice, and each tile's probabilities.
-type ForwardOutputs<'a, 'b> = (&'a mut [f32], &'a mut [f32], &'a mut [f32], &'b mut [Option<&'a mut [f32]>]);
+/// A group's outputs: `[blocks * 16, Wv]`, `[blocks * 16]` twice, and each tile's probabilities
+/// (borrowed for `'p`, which the tiles take).
+type ForwardOutputs<'a, 'b, 'p> = (&'a mut [f32], &'a mut [f32], &'a mut [f32], &'b mut [Option<&'p mut [f32]>]);
 
 impl<'a> ForwardInputs<'a> {
-    /// The group as `T` tiles walked together.
-    fn job<'b, const T: usize>(
+    /// The group of tiles `first_block ..` whose outputs `outputs` holds (one or two), walked
+    /// together.
+    fn run(&self, isa: Isa, first_block: usize, outputs: ForwardOutputs<'_, '_, '_>, scratch: &mut Scratch) {
+        if outputs.3.len() == 2 {
+            dispatch!(isa, forward_tile::<2>(self.job(first_block, outputs), scratch));
+        } else {
+            dispatch!(isa, forward_tile::<1>(self.job(first_block, outputs), scratch));
+        }
+    }
+
+    /// Tiles `first_block .. + T`, walked together.
+    fn job<'b, 'p: 'b, const T: usize>(
         &self,
-        (output, row_max, inv_row_sum, probs): ForwardOutputs<'b, '_>,
+        first_block: usize,
+        (output, row_max, inv_row_sum, probs): ForwardOutputs<'b, '_, 'p>,
     ) -> ForwardTile<'b, T>
     where
         'a: 'b,
@@ -726,11 +799,11 @@ impl<'a> ForwardInputs<'a> {
         let mut inv_row_sum = inv_row_sum.chunks_exact_mut(LANES);
         let mut probs = probs.iter_mut();
         ForwardTile {
-            query_t: std::array::from_fn(|t| &self.query_t[t * wk..][..wk]),
+            query_t: std::array::from_fn(|t| &self.query_t[(first_block + t) * wk..][..wk]),
             key_rows: self.key_rows,
             value_rows: self.value_rows,
             key_bound: self.key_bound,
-            mask: std::array::from_fn(|t| self.mask.row_block(&self.dims, self.pair, self.first_block + t)),
+            mask: std::array::from_fn(|t| self.mask.row_block(&self.dims, self.pair, first_block + t)),
             rows: self.mask.rows,
             source_len: self.dims.source_len,
             output: std::array::from_fn(|_| output.next().expect("a tile's output")),
@@ -739,6 +812,23 @@ impl<'a> ForwardInputs<'a> {
             probs: std::array::from_fn(|_| probs.next().and_then(Option::take)),
         }
     }
+}
+
+/// One pair's outputs (`[T', Wv]`, `[T']` twice, each tile's probabilities) as groups of `group`
+/// tiles: the first tile of each, and its outputs.
+fn pair_groups<'a, 'b, 'p>(
+    (output, row_max, inv_row_sum, probs): ForwardOutputs<'a, 'b, 'p>,
+    group: usize,
+    wv: usize,
+) -> impl Iterator<Item = (usize, ForwardOutputs<'a, 'b, 'p>)> {
+    let per_group = output
+        .chunks_mut(group * LANES * wv)
+        .zip(row_max.chunks_mut(group * LANES))
+        .zip(inv_row_sum.chunks_mut(group * LANES))
+        .zip(probs.chunks_mut(group));
+    per_group
+        .enumerate()
+        .map(move |(g, (((output, row_max), inv_row_sum), probs))| (g * group, (output, row_max, inv_row_sum, probs)))
 }
 
 /// `T` forward tiles of one pair walked together: 16 query rows each against all the keys
@@ -1473,25 +1563,38 @@ fn pack_rows(
     if padded_len == 0 || padded_width == 0 {
         return vec![[f32::INFINITY; FUSED_WIDTH]; dims.pairs()];
     }
-    let packed = out.par_chunks_mut(padded_len * padded_width).enumerate().map(|(pair, out)| {
-        let (rows, padding) = out.split_at_mut(len * padded_width);
-        let first = x.layout.row(&dims, pair, len, width, 0);
-        padding.fill(0.0);
-        match (width, padded_width) {
-            (FUSED_WIDTH, FUSED_WIDTH) => match bound {
-                true => copy_rows::<FUSED_WIDTH, true>(&x.values[first..], x.layout.row_stride, rows),
-                false => copy_rows::<FUSED_WIDTH, false>(&x.values[first..], x.layout.row_stride, rows),
-            },
-            _ => {
-                for (row, out) in pair_rows(x, dims, pair, len, width).zip(rows.chunks_exact_mut(padded_width)) {
-                    copy_row(&mut out[..width], row);
-                    out[width..].fill(0.0);
-                }
-                [f32::INFINITY; FUSED_WIDTH]
+    let packed = out.par_chunks_mut(padded_len * padded_width).enumerate();
+    packed.map(|(pair, out)| pair_rows_packed(x, dims, pair, len, width, padded_width, out, bound)).collect()
+}
+
+/// [`pack_rows`] of one pair into its `[len', W]`.
+#[allow(clippy::too_many_arguments)]
+fn pair_rows_packed(
+    x: Operand,
+    dims: Dims,
+    pair: usize,
+    len: usize,
+    width: usize,
+    padded_width: usize,
+    out: &mut [f32],
+    bound: bool,
+) -> KeyBound {
+    let (rows, padding) = out.split_at_mut(len * padded_width);
+    let first = x.layout.row(&dims, pair, len, width, 0);
+    padding.fill(0.0);
+    match (width, padded_width) {
+        (FUSED_WIDTH, FUSED_WIDTH) => match bound {
+            true => copy_rows::<FUSED_WIDTH, true>(&x.values[first..], x.layout.row_stride, rows),
+            false => copy_rows::<FUSED_WIDTH, false>(&x.values[first..], x.layout.row_stride, rows),
+        },
+        _ => {
+            for (row, out) in pair_rows(x, dims, pair, len, width).zip(rows.chunks_exact_mut(padded_width)) {
+                copy_row(&mut out[..width], row);
+                out[width..].fill(0.0);
             }
+            [f32::INFINITY; FUSED_WIDTH]
         }
-    });
-    packed.collect()
+    }
 }
 
 /// The rows of `W` features `stride` apart in `src` into `out`, one after another, each moved as
@@ -1532,16 +1635,23 @@ fn pack_lanes(
     if len == 0 || padded_width == 0 {
         return;
     }
-    let (blocks, stride) = (len.div_ceil(LANES), x.layout.row_stride);
+    let blocks = len.div_ceil(LANES);
     out.par_chunks_mut(blocks * padded_width).enumerate().for_each(|(pair, out)| {
-        let first = x.layout.row(&dims, pair, len, width, 0);
-        for (block, out) in out.chunks_exact_mut(padded_width).enumerate() {
-            let rows = LANES.min(len - block * LANES);
-            let (features, padding) = out.split_at_mut(width);
-            dispatch!(isa, lane_block(&x.values[first + block * LANES * stride..], stride, rows, scale, features));
-            padding.fill([0.0; LANES]);
-        }
+        pair_lanes(isa, x, dims, pair, len, width, out, scale);
     });
+}
+
+/// [`pack_lanes`] of one pair into its `[len'/16, W]` lanes.
+#[allow(clippy::too_many_arguments)]
+fn pair_lanes(isa: Isa, x: Operand, dims: Dims, pair: usize, len: usize, width: usize, out: &mut [Lanes], scale: f32) {
+    let (blocks, stride) = (len.div_ceil(LANES), x.layout.row_stride);
+    let first = x.layout.row(&dims, pair, len, width, 0);
+    for (block, out) in out.chunks_exact_mut(out.len() / blocks).enumerate() {
+        let rows = LANES.min(len - block * LANES);
+        let (features, padding) = out.split_at_mut(width);
+        dispatch!(isa, lane_block(&x.values[first + block * LANES * stride..], stride, rows, scale, features));
+        padding.fill([0.0; LANES]);
+    }
 }
 
 /// `[pairs, len', W]` rows -> `[pairs, len'/16, W]` lanes.
@@ -1711,20 +1821,32 @@ fn scatter_rows<T: Copy + Send + Sync>(
     }
     assert!(out.len() >= layout.span(&dims, len, width), "scatter_rows: output too short");
     // A batch's rows are contiguous in every layout: one task each.
-    out.par_chunks_mut(len * layout.row_stride).enumerate().for_each(|(batch, out)| {
-        for head in 0..dims.heads {
-            let pair = &by_pair[(batch * dims.heads + head) * padded_len * padded_width..][..len * padded_width];
-            let first = layout.first + head * width;
-            match (width, padded_width) {
-                (4, 4) => write_rows::<T, 4>(pair, &mut out[first..], layout.row_stride),
-                _ => {
-                    for (l, row) in pair.chunks_exact(padded_width).enumerate() {
-                        write_row(&mut out[first + l * layout.row_stride..][..width], &row[..width]);
-                    }
+    let per_batch =
+        out.par_chunks_mut(len * layout.row_stride).zip(by_pair.par_chunks(dims.heads * padded_len * padded_width));
+    per_batch.for_each(|(out, by_pair)| scatter_batch(by_pair, dims, len, padded_width, width, layout, out));
+}
+
+/// [`scatter_rows`] of one batch element: its pairs `[h, len', W]` into its rows.
+fn scatter_batch<T: Copy>(
+    by_pair: &[T],
+    dims: Dims,
+    len: usize,
+    padded_width: usize,
+    width: usize,
+    layout: Layout,
+    out: &mut [MaybeUninit<T>],
+) {
+    for (head, pair) in by_pair.chunks_exact(by_pair.len() / dims.heads).enumerate() {
+        let (pair, first) = (&pair[..len * padded_width], layout.first + head * width);
+        match (width, padded_width) {
+            (4, 4) => write_rows::<T, 4>(pair, &mut out[first..], layout.row_stride),
+            _ => {
+                for (l, row) in pair.chunks_exact(padded_width).enumerate() {
+                    write_row(&mut out[first + l * layout.row_stride..][..width], &row[..width]);
                 }
             }
         }
-    });
+    }
 }
 
 #[cfg(test)]
@@ -1908,8 +2030,10 @@ mod tests {
         for ((isa, tiles), operands) in runs.flat_map(|run| layouts.iter().map(move |operands| (run, *operands))) {
             let packed = operands[0].layout != Layout::heads_last(&dims, key_dim);
             let mask = rule.mask(dims, rows).with_bias(bias.clone(), dims);
-            let (output, saved, got_probs) = forward_with(isa, tiles, operands, dims, scale, mask, true);
-            let case = format!("{isa:?} {tiles:?} {rule:?} {rows:?} packed {packed}");
+            // Both task splits, in turns: each instruction set and each tile count gets both.
+            let tasks = [Tasks::ByBatch, Tasks::ByGroup][(isa.vector_bits() / 128 + tiles.count()) % 2];
+            let (output, saved, got_probs) = forward_with(isa, tiles, tasks, operands, dims, scale, mask, true);
+            let case = format!("{isa:?} {tiles:?} {tasks:?} {rule:?} {rows:?} packed {packed}");
             let error = scaled_error(&output, &out);
             assert!(error < 4e-6, "{case}: output at {dims:?}: error {error}");
             let error = scaled_error(&got_probs.expect("asked for"), &probs);
