@@ -234,7 +234,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
     println!("\n{table}");
     println!("attention kernel, tiles of 16 rows walked together, chosen by measurement per class of calls:");
     println!("{}", train::bench::peak::tile_choices_table());
-    println!("matrix products on the caller's thread or rayon's pool, chosen by measurement per shape:");
+    println!(
+        "matrix products on the caller's thread, rayon's pool or one block of rows a thread, chosen by measurement per shape:"
+    );
     println!("{}", train::bench::peak::gemm_choices_table());
     let scaling = scaling_table(&rows, reference.as_ref());
     if !plan.scaling.is_empty() {

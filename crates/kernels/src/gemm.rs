@@ -8,7 +8,10 @@
 //! The instruction set follows [`Isa::best`], so `KERNELS_ISA` restricts the GEMM as it restricts
 //! the attention kernel.
 
+use std::mem::MaybeUninit;
+
 use gemm::Parallelism;
+use rayon::prelude::*;
 
 use crate::profile::Phase;
 use crate::simd::{Isa, Level};
@@ -73,7 +76,7 @@ fn run(a: View, b: View, f: impl FnOnce(Threads) -> Vec<f32> + Send) -> Vec<f32>
     let class = ProductClass { isa: Isa::best().name(), m: a.rows, k: a.cols, n: b.cols };
     tuning::with_threads(class, |threads| match threads {
         Threads::Caller => on_caller(Phase::Gemm, || f(threads)),
-        Threads::Pool => on_pool(Phase::Gemm, || f(threads)),
+        Threads::Pool | Threads::Rows => on_pool(Phase::Gemm, || f(threads)),
     })
 }
 
@@ -87,35 +90,65 @@ pub(crate) fn product(isa: Isa, a: View, b: View, bias: Option<&[f32]>, threads:
     assert_eq!(a.cols, b.rows, "inner dimensions");
     a.assert_in_bounds("A");
     b.assert_in_bounds("B");
-    let (m, k, n) = (a.rows, a.cols, b.cols);
-    let start = bias.filter(|_| starts_from_bias(m, n));
-    let mut c = match start {
-        Some(bias) => bias.repeat(m),      // [M, N]
-        None => Vec::with_capacity(m * n), // [M, N] once written
-    };
+    let (m, n) = (a.rows, b.cols);
+    let mut c = Vec::with_capacity(m * n); // [M, N] once written
     if m == 0 || n == 0 {
         return c;
     }
-    let parallelism = match (threads, rayon::current_num_threads()) {
-        (Threads::Pool, threads @ 2..) => Parallelism::Rayon(threads),
-        _ => Parallelism::None,
-    };
+    let out = &mut c.spare_capacity_mut()[..m * n];
+    match (threads, rayon::current_num_threads()) {
+        (Threads::Pool, threads @ 2..) => product_into(isa, a, b, bias, Parallelism::Rayon(threads), out),
+        (Threads::Rows, threads @ 2..) => {
+            // One block of rows per thread, each on the `gemm` crate's single-threaded path.
+            let rows = m.div_ceil(threads);
+            out.par_chunks_mut(rows * n).enumerate().for_each(|(block, out)| {
+                let first = block * rows;
+                // (`A` without columns may hold no data at all.)
+                let data = &a.data[(first * a.row_stride).min(a.data.len())..];
+                let a = View { data, rows: out.len() / n, ..a };
+                product_into(isa, a, b, bias, Parallelism::None, out);
+            });
+        }
+        _ => product_into(isa, a, b, bias, Parallelism::None, out),
+    }
+    // SAFETY: `product_into` wrote every element of each block, and the blocks cover `[M, N]`.
+    unsafe { c.set_len(m * n) };
+    c
+}
+
+/// `A B (+ bias)` into the row-major `[M, N]` `c`, every element written.
+fn product_into(
+    isa: Isa,
+    a: View,
+    b: View,
+    bias: Option<&[f32]>,
+    parallelism: Parallelism,
+    c: &mut [MaybeUninit<f32>],
+) {
+    let (m, k, n) = (a.rows, a.cols, b.cols);
+    assert_eq!(c.len(), m * n, "an output of [{m}, {n}]");
+    let start = bias.filter(|_| starts_from_bias(m, n));
+    if let Some(bias) = start {
+        for row in c.chunks_exact_mut(n) {
+            row.iter_mut().zip(bias).for_each(|(c, &b)| _ = c.write(b));
+        }
+    }
     let stride = |s: usize| s as isize;
     // The micro-kernels vectorise along a column of the destination, and `C` is row-major: the
     // crate computes `Cᵀ = Bᵀ Aᵀ` (`[N, M]`, whose columns are `C`'s rows). `gemm::gemm` turns a
     // call around itself, the narrower drivers do not (stored a column at a time, one float per
     // store, the AVX2 product of 1024³ ran at 102 GFLOP/s against 177 for torch's on a Zen 4):
     // so every call is made the right way round here.
-    // SAFETY: `C` has room for a row-major `[M, N]` (its length, or its capacity when it is
-    // fresh); every element of `A` and `B` that their strides address is in bounds (asserted
-    // above); `isa` was checked against the CPU when it was made. The crate writes all `M N`
-    // elements, so `C` holds `M N` values after it.
+    // SAFETY: `C` has room for a row-major `[M, N]` (asserted above); every element of `A` and
+    // `B` that their strides address is in bounds (asserted by the caller, and a block of `A`'s
+    // rows lies inside `A`); `isa` was checked against the CPU when it was made. The crate
+    // writes all `M N` elements, reading them first only where they hold the bias.
     unsafe {
         gemm_for(isa)(
             n,
             m,
             k,
-            c.as_mut_ptr(),
+            c.as_mut_ptr().cast(),
             stride(n),
             1,
             start.is_some(),
@@ -132,12 +165,12 @@ pub(crate) fn product(isa: Isa, a: View, b: View, bias: Option<&[f32]>, threads:
             false,
             parallelism,
         );
-        c.set_len(m * n);
     }
     if let (Some(bias), None) = (bias, start) {
-        add_to_rows(&mut c, bias, parallelism);
+        // SAFETY: written by the product above.
+        let c = unsafe { &mut *(c as *mut [MaybeUninit<f32>] as *mut [f32]) };
+        add_to_rows(c, bias, parallelism);
     }
-    c
 }
 
 /// Whether a product with a bias starts from it (the crate's micro-kernels then read it back as
@@ -154,7 +187,6 @@ pub(crate) fn starts_from_bias(m: usize, n: usize) -> bool {
 
 /// `c[i, j] += bias[j]` for the rows `[M, N]` of `c`, on the pool where the product ran there.
 fn add_to_rows(c: &mut [f32], bias: &[f32], parallelism: Parallelism) {
-    use rayon::prelude::*;
     let n = bias.len();
     let add = |rows: &mut [f32]| {
         for row in rows.chunks_exact_mut(n) {

@@ -22,10 +22,10 @@
 //! measurements; [`tile_choices`] reports what was measured and chosen.
 //!
 //! The same way, per shape of matrix product, the GEMM runs on the caller's thread alone or on
-//! rayon's pool ([`Threads`]): handing a call to the pool costs two context switches and the
-//! crate's split of the work, which at the layers' narrow products cost more than a second
-//! thread saves. `KERNELS_GEMM_THREADS` (`caller` or `pool`) overrides it; [`gemm_choices`]
-//! reports.
+//! rayon's pool, split by the `gemm` crate or into one block of rows per thread ([`Threads`]):
+//! handing a call to the pool costs two context switches, and at the layers' narrow products the
+//! crate's split cost more than a second thread saves. `KERNELS_GEMM_THREADS` (`caller`, `pool`
+//! or `rows`) overrides it; [`gemm_choices`] reports.
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock};
@@ -130,7 +130,7 @@ pub enum Tiles {
 
 /// Something a class of calls chooses by measurement: one of two candidates.
 trait Candidate: Copy + Eq {
-    /// Its place in the candidates' order, 0 or 1.
+    /// Its place in the candidates' order: 0, 1 or 2.
     fn index(self) -> usize;
 }
 
@@ -204,8 +204,8 @@ const TRIALS: usize = 3;
 #[derive(Debug)]
 struct Trial<C> {
     calls: usize,
-    /// Seconds per unit of work of each timed call, per candidate.
-    times: [Vec<f64>; 2],
+    /// Seconds per unit of work of each timed call, per candidate (at most three).
+    times: [Vec<f64>; 3],
     chosen: Option<C>,
 }
 
@@ -242,7 +242,7 @@ impl<C: Candidate> Trial<C> {
     }
 
     /// Each candidate's best time so far, scaled by `scale`, in the candidates' order.
-    fn best_times(&self, scale: f64) -> [Option<f64>; 2] {
+    fn best_times<const N: usize>(&self, scale: f64) -> [Option<f64>; N] {
         std::array::from_fn(|i| {
             let best = self.times[i].iter().copied().fold(f64::INFINITY, f64::min);
             best.is_finite().then_some(best * scale)
@@ -289,10 +289,10 @@ where
 
 /// Every class of one kind measured so far, sorted: its candidates' best times (scaled by
 /// `scale`, in the candidates' order) and its choice.
-fn measured<K: Ord + Copy, C: Candidate>(
+fn measured<K: Ord + Copy, C: Candidate, const N: usize>(
     trials: &'static LazyLock<Mutex<HashMap<K, Trial<C>>>>,
     scale: f64,
-) -> Vec<(K, [Option<f64>; 2], Option<C>)> {
+) -> Vec<(K, [Option<f64>; N], Option<C>)> {
     let mut all: Vec<_> =
         locked(trials).iter().map(|(class, trial)| (*class, trial.best_times(scale), trial.chosen)).collect();
     all.sort_by_key(|(class, ..)| *class);
@@ -350,11 +350,15 @@ pub fn tile_choices() -> Vec<TileChoice> {
 }
 
 /// Where a matrix product runs: on the caller's thread alone, or on rayon's pool with every
-/// thread (two context switches to hand it over, and the `gemm` crate's split of the work).
+/// thread (two context switches to hand it over), split by the `gemm` crate or into one block of
+/// rows per thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Threads {
     Caller,
     Pool,
+    /// One block of `A`'s rows per thread, each a product on one thread: for the layers' narrow
+    /// products (`[B T, 24] x [24, 72]`), which the crate's split ran slower than one thread.
+    Rows,
 }
 
 impl Candidate for Threads {
@@ -364,19 +368,20 @@ impl Candidate for Threads {
 }
 
 impl Threads {
-    pub const ALL: [Threads; 2] = [Threads::Caller, Threads::Pool];
+    pub const ALL: [Threads; 3] = [Threads::Caller, Threads::Pool, Threads::Rows];
 
     fn parse(value: &str) -> Result<Threads, String> {
         match value.trim() {
             "caller" => Ok(Threads::Caller),
             "pool" => Ok(Threads::Pool),
-            _ => Err(format!("{THREADS_VARIABLE}={value:?} is neither caller nor pool")),
+            "rows" => Ok(Threads::Rows),
+            _ => Err(format!("{THREADS_VARIABLE}={value:?} is none of caller, pool and rows")),
         }
     }
 }
 
-/// The variable that fixes [`Threads`] for every product the `gemm` crate would split: `caller`
-/// or `pool`.
+/// The variable that fixes [`Threads`] for every product the `gemm` crate would split: `caller`,
+/// `pool` or `rows`.
 pub const THREADS_VARIABLE: &str = "KERNELS_GEMM_THREADS";
 
 /// A shape of matrix product, `[M, K] x [K, N]`, on one instruction set: the class that shares
@@ -395,7 +400,7 @@ pub struct ThreadChoice {
     pub class: ProductClass,
     /// Each candidate's best time a call in microseconds, in the order of [`Threads::ALL`];
     /// `None` where it was not run.
-    pub micros: [Option<f64>; 2],
+    pub micros: [Option<f64>; 3],
     /// The candidate that serves the class: `None` while it is still being measured.
     pub chosen: Option<Threads>,
 }
@@ -486,12 +491,25 @@ mod tests {
             trial.record(Tiles::Two, 1.2, candidates);
         }
         assert_eq!(trial.chosen, Some(Tiles::Two));
+        // Three candidates take turns the same way.
+        let candidates = &Threads::ALL;
+        let (mut trial, mut order) = (Trial::default(), Vec::new());
+        for _ in 0..1 + 3 * TRIALS {
+            let threads = trial.next(candidates);
+            order.push(threads);
+            trial.record(threads, if threads == Threads::Rows { 1.0 } else { 2.0 }, candidates);
+        }
+        for threads in Threads::ALL {
+            assert_eq!(order[1..].iter().filter(|&&t| t == threads).count(), TRIALS, "{order:?}");
+        }
+        assert_eq!(trial.chosen, Some(Threads::Rows));
     }
 
     #[test]
-    fn the_threads_override_is_caller_or_pool() {
+    fn the_threads_override_is_caller_pool_or_rows() {
         assert_eq!(Threads::parse(" caller "), Ok(Threads::Caller));
         assert_eq!(Threads::parse("pool"), Ok(Threads::Pool));
+        assert_eq!(Threads::parse("rows"), Ok(Threads::Rows));
         for bad in ["1", "all", ""] {
             let error = Threads::parse(bad).unwrap_err();
             assert!(error.contains(THREADS_VARIABLE), "{error}");

@@ -219,13 +219,14 @@ pub fn gemm_choices_table() -> String {
     if choices.is_empty() {
         return "no product crossed the threading threshold: every one ran on its caller's thread\n".into();
     }
-    let mut table =
-        String::from("| isa | [M, K] x [K, N] | caller's thread µs | pool µs | chosen |\n|---|---|---:|---:|---|\n");
+    let mut table = String::from(
+        "| isa | [M, K] x [K, N] | caller's thread µs | pool µs | rows µs | chosen |\n|---|---|---:|---:|---:|---|\n",
+    );
     for choice in choices {
         let micros = |m: Option<f64>| m.map_or("-".into(), |m| format!("{m:.1}"));
         let class = choice.class;
         table.push_str(&format!(
-            "| {} | [{}, {}] x [{}, {}] | {} | {} | {} |\n",
+            "| {} | [{}, {}] x [{}, {}] | {} | {} | {} | {} |\n",
             class.isa,
             class.m,
             class.k,
@@ -233,6 +234,7 @@ pub fn gemm_choices_table() -> String {
             class.n,
             micros(choice.micros[0]),
             micros(choice.micros[1]),
+            micros(choice.micros[2]),
             choice.chosen.map_or("measuring".into(), |threads| format!("{threads:?}").to_lowercase()),
         ));
     }
