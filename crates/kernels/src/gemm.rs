@@ -1,7 +1,8 @@
 //! Dense float32 matrix products on host memory, for the layers' projections and their gradients:
 //! `C = A B (+ bias)` by the `gemm` crate, which packs both operands into panels sized from the
 //! cache hierarchy it reads at run time and runs micro-kernels compiled for each instruction set
-//! (AVX-512, AVX2 + FMA, NEON, scalar), picking the CPU's at run time.
+//! (AVX-512, AVX2 + FMA, NEON, scalar), picking the CPU's at run time; products of a narrow depth
+//! (the forward projections of a few features) by [`narrow`]'s kernel instead.
 //!
 //! `A` and `B` are read in place in any layout through their strides, so a weight gradient's
 //! `xᵀ` is never copied, and the bias is the product's starting value rather than a pass of its own.
@@ -12,6 +13,8 @@ use std::mem::MaybeUninit;
 
 use gemm::Parallelism;
 use rayon::prelude::*;
+
+mod narrow;
 
 use crate::profile::Phase;
 use crate::simd::{Isa, Level};
@@ -96,6 +99,23 @@ pub(crate) fn product(isa: Isa, a: View, b: View, bias: Option<&[f32]>, threads:
         return c;
     }
     let out = &mut c.spare_capacity_mut()[..m * n];
+    if narrow::applies(&a, &b) {
+        // Both threaded candidates split by rows here: the panels are packed once for all.
+        let panels = narrow::Panels::new(&b, bias);
+        match (threads, rayon::current_num_threads()) {
+            (Threads::Pool | Threads::Rows, threads @ 2..) => {
+                let rows = m.div_ceil(threads);
+                out.par_chunks_mut(rows * n).enumerate().for_each(|(block, out)| {
+                    let data = &a.data[block * rows * a.row_stride..];
+                    narrow::product_into(isa, View { data, rows: out.len() / n, ..a }, &panels, out);
+                });
+            }
+            _ => narrow::product_into(isa, a, &panels, out),
+        }
+        // SAFETY: `product_into` wrote every element of each block, and the blocks cover `[M, N]`.
+        unsafe { c.set_len(m * n) };
+        return c;
+    }
     match (threads, rayon::current_num_threads()) {
         (Threads::Pool, threads @ 2..) => product_into(isa, a, b, bias, Parallelism::Rayon(threads), out),
         (Threads::Rows, threads @ 2..) => {
