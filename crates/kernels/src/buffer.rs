@@ -70,7 +70,7 @@ macro_rules! pooled {
         }
     )*};
 }
-pooled!(f32: f32::NAN, Lanes: [f32::NAN; crate::simd::LANES], u16: 0xdead);
+pooled!(f32: f32::NAN, Lanes: [f32::NAN; crate::simd::LANES], [f32; 4]: [f32::NAN; 4], u16: 0xdead);
 
 /// Released buffers of one element type, and their total size in bytes.
 pub struct FreeList<T> {

@@ -164,6 +164,12 @@ impl Mask {
         Self { causal, rows, bits: None, dropout: None, bias: None }
     }
 
+    /// Whether each row's allowed keys are a prefix of the keys, with nothing added to their
+    /// logits: no explicit mask and no float mask (the causal rule and dropout may be there).
+    pub fn allows_prefixes(&self) -> bool {
+        self.bits.is_none() && self.bias.is_none()
+    }
+
     /// The rule for `dims` with an explicit mask, which must broadcast to `[B, h, T, S]`,
     /// compacted first ([`BoolMask::compact`]).
     pub fn with_mask(causal: bool, rows: FullyMaskedRows, mask: Option<BoolMask>, dims: Dims) -> Self {
@@ -307,6 +313,15 @@ impl RowBlock<'_> {
             bits &= causal_rows(self.first_row, key);
         }
         bits
+    }
+
+    /// For each of the block's rows, the end of the keys it may attend where those are a prefix
+    /// `[0, end)` of the keys: all of them without a mask, up to the row's own with the causal
+    /// rule alone. `None` with an explicit mask.
+    #[inline(always)]
+    pub fn prefix_ends(&self) -> Option<[usize; LANES]> {
+        let end = |i: usize| if self.causal { (self.first_row + i + 1).min(self.source_len) } else { self.source_len };
+        self.bits.is_none().then(|| std::array::from_fn(end))
     }
 
     /// Whether every row may attend every key of `[start, hi)`, so that no lane needs masking.
