@@ -1038,14 +1038,13 @@ pub(crate) const BOUNDED_GAP: f32 = 16.0;
 /// running maximum.
 #[inline(always)]
 fn bounded_shifts<V: Vector, const T: usize>(job: &ForwardTile<T>) -> Option<[Lanes; T]> {
-    if job.query_t[0].len() != FUSED_WIDTH || job.key_prefix_max.is_empty() {
+    // `forward_with` packs the prefix maxima only for calls that may take the bound: keys of
+    // `FUSED_WIDTH` features, no explicit or float mask, no probabilities returned.
+    if job.key_prefix_max.is_empty() {
         return None;
     }
     let mut shifts = [[0.0; LANES]; T];
     for ((shift, query), mask) in shifts.iter_mut().zip(job.query_t).zip(&job.mask) {
-        if mask.bias.is_some() {
-            return None;
-        }
         let ends = mask.prefix_ends()?;
         // Each row's key maxima (none for a row without keys); one for all rows without the
         // causal rule (gathered lane by lane for every tile, they cost the seed 3%).

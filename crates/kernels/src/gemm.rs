@@ -99,37 +99,25 @@ pub(crate) fn product(isa: Isa, a: View, b: View, bias: Option<&[f32]>, threads:
         return c;
     }
     let out = &mut c.spare_capacity_mut()[..m * n];
-    if narrow::applies(&a, &b) {
-        // Both threaded candidates split by rows here: the panels are packed once for all.
-        let panels = narrow::Panels::new(&b, bias);
-        match (threads, rayon::current_num_threads()) {
-            (Threads::Pool | Threads::Rows, threads @ 2..) => {
-                let rows = m.div_ceil(threads);
-                out.par_chunks_mut(rows * n).enumerate().for_each(|(block, out)| {
-                    let data = &a.data[block * rows * a.row_stride..];
-                    narrow::product_into(isa, View { data, rows: out.len() / n, ..a }, &panels, out);
-                });
-            }
-            _ => narrow::product_into(isa, a, &panels, out),
-        }
-        // SAFETY: `product_into` wrote every element of each block, and the blocks cover `[M, N]`.
-        unsafe { c.set_len(m * n) };
-        return c;
-    }
+    // Narrow products on their own kernel, `B` packed once for every block of rows.
+    let panels = narrow::applies(&a, &b).then(|| narrow::Panels::new(&b, bias));
+    let block = |a: View, parallelism: Parallelism, out: &mut [MaybeUninit<f32>]| match &panels {
+        Some(panels) => narrow::product_into(isa, a, panels, out),
+        None => product_into(isa, a, b, bias, parallelism, out),
+    };
     match (threads, rayon::current_num_threads()) {
-        (Threads::Pool, threads @ 2..) => product_into(isa, a, b, bias, Parallelism::Rayon(threads), out),
-        (Threads::Rows, threads @ 2..) => {
-            // One block of rows per thread, each on the `gemm` crate's single-threaded path.
+        (Threads::Pool, threads @ 2..) if panels.is_none() => block(a, Parallelism::Rayon(threads), out),
+        // One block of rows per thread, each a single-threaded product (the narrow kernel's
+        // split for both threaded candidates).
+        (Threads::Pool | Threads::Rows, threads @ 2..) => {
             let rows = m.div_ceil(threads);
-            out.par_chunks_mut(rows * n).enumerate().for_each(|(block, out)| {
-                let first = block * rows;
+            out.par_chunks_mut(rows * n).enumerate().for_each(|(index, out)| {
                 // (`A` without columns may hold no data at all.)
-                let data = &a.data[(first * a.row_stride).min(a.data.len())..];
-                let a = View { data, rows: out.len() / n, ..a };
-                product_into(isa, a, b, bias, Parallelism::None, out);
+                let data = &a.data[(index * rows * a.row_stride).min(a.data.len())..];
+                block(View { data, rows: out.len() / n, ..a }, Parallelism::None, out);
             });
         }
-        _ => product_into(isa, a, b, bias, Parallelism::None, out),
+        _ => block(a, Parallelism::None, out),
     }
     // SAFETY: `product_into` wrote every element of each block, and the blocks cover `[M, N]`.
     unsafe { c.set_len(m * n) };

@@ -128,7 +128,7 @@ pub enum Tiles {
     Two,
 }
 
-/// Something a class of calls chooses by measurement: one of two candidates.
+/// Something a class of calls chooses by measurement: one of two or three candidates.
 trait Candidate: Copy + Eq {
     /// Its place in the candidates' order: 0, 1 or 2.
     fn index(self) -> usize;
