@@ -289,12 +289,12 @@ fn forward_with(
     let mut value_rows = Buffer::overwritten(pairs * padded_s * wv);
     // Per pair and key, each feature's largest magnitude up to it, for the bounded shifts: at
     // keys of 4 features where each row's allowed keys are a prefix only (empty otherwise), and
-    // without the causal rule at the last key only (the others are not read). Not where the
+    // without the causal rule or a padding mask at the last key only (the others are not read). Not where the
     // probabilities are returned: from the running maximum a row with one allowed key has a
     // probability of exactly 1 (`exp(0) / 1`), from a bound `p (1 / p)`, 1 - 2^-24.
     let bounded = key_dim == FUSED_WIDTH && wk == FUSED_WIDTH && mask.allows_prefixes() && !with_probs;
     let mut key_prefix_max = Buffer::<KeyMax>::overwritten(if bounded { pairs * source_len } else { 0 });
-    let every_key = mask.causal;
+    let every_key = !mask.is_trivial(); // rows end before the last key: causal, padding
 
     let mut output = Buffer::overwritten(pairs * padded_t * wv);
     let mut row_max = Buffer::overwritten(pairs * padded_t);
@@ -1027,7 +1027,7 @@ pub(crate) const BOUNDED_GAP: f32 = 16.0;
 
 /// Shifts that bound the logits of `T` tiles from above, where the tiles allow them: queries and
 /// keys of [`FUSED_WIDTH`] features, no float mask, each row's allowed keys a prefix of the keys
-/// (no mask, or the causal one alone: [`RowBlock::prefix_ends`]), and every logit within
+/// (no mask, the causal rule, a key-padding mask: [`RowBlock::prefix_ends`]), and every logit within
 /// [`BOUNDED_GAP`] of its shift. Softmax is the same for any shift; the running maximum is only
 /// one that keeps every exponential at most 1. By Hölder's inequality `|q̃_t · k_j| <= Σ_d |q̃_td|
 /// M_td` with `M_td = max_j |k_jd|` over the keys row `t` may attend (a prefix maximum,
@@ -1039,7 +1039,8 @@ pub(crate) const BOUNDED_GAP: f32 = 16.0;
 #[inline(always)]
 fn bounded_shifts<V: Vector, const T: usize>(job: &ForwardTile<T>) -> Option<[Lanes; T]> {
     // `forward_with` packs the prefix maxima only for calls that may take the bound: keys of
-    // `FUSED_WIDTH` features, no explicit or float mask, no probabilities returned.
+    // `FUSED_WIDTH` features, no float mask, no explicit mask but one of prefixes, no
+    // probabilities returned.
     if job.key_prefix_max.is_empty() {
         return None;
     }
@@ -2276,19 +2277,34 @@ mod tests {
             };
             let (k2, v2) = (future(&k, key_dim, 4), future(&v, 4, 5));
             let scale = 1.0 / (key_dim as f32).sqrt();
-            for (isa, tasks) in
-                Isa::available().into_iter().flat_map(|isa| [Tasks::ByBatch, Tasks::ByGroup].map(|t| (isa, t)))
-            {
-                let run = |k: &[f32], v: &[f32]| {
-                    let operands = Operand::heads_last([&q, k, v], dims);
-                    let mask = Mask::new(true, FullyMaskedRows::Zero);
-                    forward_with(isa, Tiles::One, tasks, operands, dims, scale, mask, false).0 // [B, T, h, 4]
+            // Key-padding masks of lengths 20 and 33: the first batch element's rows attend
+            // none of the replaced keys, the second's some.
+            let lengths = [20, 33];
+            let padding =
+                BoolMask { dims: [2, 1, 1, 40], allowed: (0..80).map(|i| i % 40 < lengths[i / 40]).collect() };
+            for (causal, padding) in [(true, None), (false, Some(&padding)), (true, Some(&padding))] {
+                // Whether output row `t` of batch element `b` may read a replaced key (`s >= 20`).
+                let reads_replaced = |b: usize, t: usize| {
+                    let end = if causal { t + 1 } else { 40 };
+                    end.min(padding.map_or(40, |_| lengths[b])) > 20
                 };
-                let (before, after) = (run(&k, &v), run(&k2, &v2));
-                let row = dims.heads * 4;
-                for (r, (before, after)) in before.chunks(row).zip(after.chunks(row)).enumerate() {
-                    let same = before.iter().zip(after).all(|(a, b)| a.to_bits() == b.to_bits());
-                    assert_eq!(same, r % 40 < 20, "{isa:?} {tasks:?} key width {key_dim}: row {}", r % 40);
+                for (isa, tasks) in
+                    Isa::available().into_iter().flat_map(|isa| [Tasks::ByBatch, Tasks::ByGroup].map(|t| (isa, t)))
+                {
+                    let run = |k: &[f32], v: &[f32]| {
+                        let operands = Operand::heads_last([&q, k, v], dims);
+                        let mask = Mask::with_mask(causal, FullyMaskedRows::Zero, padding.cloned(), dims);
+                        assert!(mask.allows_prefixes(), "a padding mask of lengths is one of prefixes");
+                        forward_with(isa, Tiles::One, tasks, operands, dims, scale, mask, false).0 // [B, T, h, 4]
+                    };
+                    let (before, after) = (run(&k, &v), run(&k2, &v2));
+                    let row = dims.heads * 4;
+                    for (r, (before, after)) in before.chunks(row).zip(after.chunks(row)).enumerate() {
+                        let same = before.iter().zip(after).all(|(a, b)| a.to_bits() == b.to_bits());
+                        let context = format!("{isa:?} {tasks:?} key width {key_dim} causal {causal}");
+                        let padded = padding.is_some();
+                        assert_eq!(same, !reads_replaced(r / 40, r % 40), "{context} padding {padded}: row {r}");
+                    }
                 }
             }
         }

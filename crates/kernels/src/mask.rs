@@ -156,6 +156,9 @@ struct MaskBits {
     row_extents: Vec<(usize, usize)>,
     /// `[slices][Sb]`: the queries `[lo, hi)` that may attend some key of the block.
     key_extents: Vec<(usize, usize)>,
+    /// `[slices]`: for a key-padding mask whose allowed keys are a prefix `[0, n)` of the keys in
+    /// every slice, each slice's `n`; `None` otherwise.
+    prefix_lens: Option<Vec<usize>>,
 }
 
 impl Mask {
@@ -165,9 +168,11 @@ impl Mask {
     }
 
     /// Whether each row's allowed keys are a prefix of the keys, with nothing added to their
-    /// logits: no explicit mask and no float mask (the causal rule and dropout may be there).
+    /// logits: no float mask, and no explicit mask but a key-padding mask whose allowed keys are
+    /// a prefix in every slice (as Keras' masks built from sequence lengths and torch's
+    /// `key_padding_mask` are); the causal rule and dropout may be there.
     pub fn allows_prefixes(&self) -> bool {
-        self.bits.is_none() && self.bias.is_none()
+        self.bias.is_none() && self.bits.as_ref().is_none_or(|bits| bits.prefix_lens.is_some())
     }
 
     /// The rule for `dims` with an explicit mask, which must broadcast to `[B, h, T, S]`,
@@ -205,11 +210,13 @@ impl Mask {
     pub fn row_block(&self, dims: &Dims, pair: usize, block: usize) -> RowBlock<'_> {
         let first_row = block * LANES;
         let mut keys = (0, dims.source_len);
+        let mut allowed_prefix = Some(dims.source_len);
         let bits = self.bits.as_ref().map(|m| {
             let slice = dims.broadcast_slice(m.slices, pair);
             let tb = if m.per_row { dims.row_blocks() } else { 1 };
             let tile = if m.per_row { block } else { 0 };
             keys = m.row_extents[slice * tb + tile];
+            allowed_prefix = m.prefix_lens.as_ref().map(|lens| lens[slice]);
             &m.row_bits[(slice * tb + tile) * dims.padded_source_len()..][..dims.padded_source_len()]
         });
         if self.causal {
@@ -222,6 +229,7 @@ impl Mask {
             source_len: dims.source_len,
             causal: self.causal,
             bits,
+            allowed_prefix,
             keep,
             bias,
             keys: aligned(keys, dims.padded_source_len()),
@@ -290,6 +298,9 @@ pub struct RowBlock<'a> {
     causal: bool,
     /// `[S']` for this block.
     bits: Option<&'a [u16]>,
+    /// The end of the keys the explicit mask allows where those are a prefix `[0, n)` for every
+    /// row (`S` without one); `None` where they are not.
+    allowed_prefix: Option<usize>,
     /// The dropout mask and the hashes of the block's 16 rows.
     keep: Option<(KeepMask, [u32; LANES])>,
     /// `[S']`: what the float mask adds to each key's logits of the block's rows.
@@ -316,12 +327,14 @@ impl RowBlock<'_> {
     }
 
     /// For each of the block's rows, the end of the keys it may attend where those are a prefix
-    /// `[0, end)` of the keys: all of them without a mask, up to the row's own with the causal
-    /// rule alone. `None` with an explicit mask.
+    /// `[0, end)` of the keys: all of them without a mask or up to a key-padding mask's length,
+    /// and no further than the row's own with the causal rule. `None` with an explicit mask whose
+    /// allowed keys are not a prefix.
     #[inline(always)]
     pub fn prefix_ends(&self) -> Option<[usize; LANES]> {
-        let end = |i: usize| if self.causal { (self.first_row + i + 1).min(self.source_len) } else { self.source_len };
-        self.bits.is_none().then(|| std::array::from_fn(end))
+        let allowed = self.allowed_prefix?;
+        let end = |i: usize| if self.causal { (self.first_row + i + 1).min(allowed) } else { allowed };
+        Some(std::array::from_fn(end))
     }
 
     /// Whether every row may attend every key of `[start, hi)`, so that no lane needs masking.
@@ -484,7 +497,16 @@ impl MaskBits {
             (Some(lo), Some(hi)) => (lo, hi + 1),
             _ => (0, 0),
         };
-        let row_extents = row_bits.chunks_exact(padded_s).map(|tile| extent(&tile[..s])).collect();
+        let row_extents: Vec<(usize, usize)> = row_bits.chunks_exact(padded_s).map(|tile| extent(&tile[..s])).collect();
+        // A key-padding mask's allowed keys, where they are a prefix in every slice: its bits
+        // all set up to the extent's end (and the extent empty, or starting at 0).
+        let prefix_len = |(tile, &(lo, hi)): (&[u16], &(usize, usize))| {
+            (hi == 0 || (lo == 0 && tile[..hi].iter().all(|&bits| bits == FULL))).then_some(hi)
+        };
+        let prefix_lens = match per_row {
+            true => None,
+            false => row_bits.chunks_exact(padded_s).zip(&row_extents).map(prefix_len).collect(),
+        };
         let key_extents = key_bits
             .chunks_exact(key_rows)
             .map(|tile| match per_row {
@@ -498,7 +520,7 @@ impl MaskBits {
                 }
             })
             .collect();
-        Self { slices: [bm, hm], per_row, row_bits, key_bits, row_extents, key_extents }
+        Self { slices: [bm, hm], per_row, row_bits, key_bits, row_extents, key_extents, prefix_lens }
     }
 }
 
@@ -579,9 +601,23 @@ mod tests {
         let mask = BoolMask { dims: [2, 1, 19, 37], allowed }.compact().1.unwrap();
         assert_eq!(mask.dims, [2, 1, 1, 37]);
         let d = dims(19, 37);
-        let rule = Mask::with_mask(false, FullyMaskedRows::Zero, Some(mask), d);
+        let rule = Mask::with_mask(false, FullyMaskedRows::Zero, Some(mask.clone()), d);
         check(&rule, d, |pair, _, s| s < lengths[pair / 3]);
         assert_eq!(rule.row_block(&d, 0, 0).keys, (0, 16), "keys past the length are skipped");
+        // Its allowed keys are prefixes: each row's end is its slice's length (and its own row
+        // under the causal rule).
+        assert!(rule.allows_prefixes());
+        assert_eq!(rule.row_block(&d, 3, 0).prefix_ends(), Some([37; LANES]));
+        assert_eq!(rule.row_block(&d, 0, 1).prefix_ends(), Some([5; LANES]));
+        let causal = Mask::with_mask(true, FullyMaskedRows::Zero, Some(mask), d);
+        assert_eq!(causal.row_block(&d, 0, 0).prefix_ends(), Some(std::array::from_fn(|t| (t + 1).min(5))));
+        // Keys allowed with a gap, or not from the first, are no prefix.
+        for allowed in [[true, false, true], [false, true, true]] {
+            let mask = BoolMask { dims: [1, 1, 1, 3], allowed: allowed.to_vec() };
+            let rule = Mask::with_mask(false, FullyMaskedRows::Zero, Some(mask), dims(2, 3));
+            assert!(!rule.allows_prefixes(), "{allowed:?}");
+            assert_eq!(rule.row_block(&dims(2, 3), 0, 0).prefix_ends(), None, "{allowed:?}");
+        }
         assert_eq!(BoolMask { dims: [1, 1, 2, 3], allowed: vec![true; 6] }.compact(), (false, None));
         // torch's causal attn_mask, as a boolean mask, is the causal rule.
         let causal: Vec<bool> = (0..5 * 7).map(|i| i % 7 <= i / 7).collect();
