@@ -289,12 +289,13 @@ fn forward_with(
     let mut value_rows = Buffer::overwritten(pairs * padded_s * wv);
     // Per pair and key, each feature's largest magnitude up to it, for the bounded shifts: at
     // keys of 4 features where each row's allowed keys are a prefix only (empty otherwise), and
-    // without the causal rule or a padding mask at the last key only (the others are not read). Not where the
-    // probabilities are returned: from the running maximum a row with one allowed key has a
-    // probability of exactly 1 (`exp(0) / 1`), from a bound `p (1 / p)`, 1 - 2^-24.
+    // at the last key only where every row attends every key (no causal rule, no padding mask:
+    // the others are not read). Not where the probabilities are returned: from the running
+    // maximum a row with one allowed key has a probability of exactly 1 (`exp(0) / 1`), from a
+    // bound `p (1 / p)`, 1 - 2^-24.
     let bounded = key_dim == FUSED_WIDTH && wk == FUSED_WIDTH && mask.allows_prefixes() && !with_probs;
     let mut key_prefix_max = Buffer::<KeyMax>::overwritten(if bounded { pairs * source_len } else { 0 });
-    let every_key = !mask.is_trivial(); // rows end before the last key: causal, padding
+    let every_key = !mask.is_trivial();
 
     let mut output = Buffer::overwritten(pairs * padded_t * wv);
     let mut row_max = Buffer::overwritten(pairs * padded_t);
