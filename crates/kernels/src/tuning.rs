@@ -17,9 +17,11 @@
 //! How many tiles of 16 rows a task walks together ([`Tiles`]) is chosen by measurement too, per
 //! class of calls ([`Class`]: the pass, the instruction set, the head widths, causal or not):
 //! the first calls of a class run each candidate in turn, timed, and the fastest (per unit of
-//! work, the best of its runs) serves the class for the rest of the process. Those calls are
-//! real calls, not extra work. `KERNELS_TILES` (`1` or `2`) overrides it, for tests and
-//! measurements; [`tile_choices`] reports what was measured and chosen.
+//! work, the best of its runs) serves the class. Those calls are real calls, not extra work. A
+//! choice is reviewed after 4, 16, 64, ... times the calls it took (each candidate once more,
+//! and the best times so far choose again), so that a trial run while another process held a
+//! core does not decide for the rest of the process. `KERNELS_TILES` (`1` or `2`) overrides it,
+//! for tests and measurements; [`tile_choices`] reports what was measured and chosen.
 //!
 //! The same way, per shape of matrix product, the GEMM runs on the caller's thread alone or on
 //! rayon's pool, split by the `gemm` crate or into one block of rows per thread ([`Threads`]):
@@ -200,43 +202,71 @@ pub struct TileChoice {
 /// call of a shape also pays for its buffers and page faults).
 const TRIALS: usize = 3;
 
+/// How much later each review of a choice comes than the one before, in calls of the class: the
+/// first when it has made this many times the calls it took to choose. A review runs each
+/// candidate once more, timed, and the best times so far choose again: a trial that ran while
+/// another process held the second core (a reference's, in the bench: `[4096, 256] x [256, 256]`
+/// chose the caller's thread at 5.6 ms a call, against 3.7 ms on the pool without it) is put
+/// right by the first quiet review, and the reviews' slower candidates cost a few calls in a
+/// growing number.
+const REVIEW_GROWTH: usize = 4;
+
 /// A class's measurements so far.
 #[derive(Debug)]
 struct Trial<C> {
+    /// Calls begun.
     calls: usize,
     /// Seconds per unit of work of each timed call, per candidate (at most three).
     times: [Vec<f64>; 3],
     chosen: Option<C>,
+    /// The call that begins the next review.
+    review_at: usize,
+    /// The candidates that this review has yet to run, by index.
+    to_review: [bool; 3],
 }
 
 impl<C> Default for Trial<C> {
     fn default() -> Self {
-        Self { calls: 0, times: Default::default(), chosen: None }
+        Self { calls: 0, times: Default::default(), chosen: None, review_at: 0, to_review: [false; 3] }
     }
 }
 
 impl<C: Candidate> Trial<C> {
-    /// The candidate the next call runs: the chosen one, else each candidate in turn.
-    fn next(&self, candidates: &[C]) -> C {
-        self.chosen.unwrap_or_else(|| {
-            if self.calls == 0 {
-                candidates[0]
-            } else {
-                *candidates.iter().min_by_key(|c| self.times[c.index()].len()).expect("a candidate")
+    /// Begins a call: the candidate it runs (the chosen one, else each candidate in turn, and
+    /// each once more in a review) and whether to time it.
+    fn begin(&mut self, candidates: &[C]) -> (C, bool) {
+        self.calls += 1;
+        let Some(chosen) = self.chosen else {
+            // The first call is untimed; then the candidate with the fewest times so far.
+            let fewest = candidates.iter().min_by_key(|c| self.times[c.index()].len());
+            return match self.calls {
+                1 => (candidates[0], false),
+                _ => (*fewest.expect("a candidate"), true),
+            };
+        };
+        if self.calls == self.review_at {
+            candidates.iter().for_each(|c| self.to_review[c.index()] = true);
+            self.review_at *= REVIEW_GROWTH;
+        }
+        match candidates.iter().find(|c| self.to_review[c.index()]) {
+            Some(&candidate) => {
+                self.to_review[candidate.index()] = false;
+                (candidate, true)
             }
-        })
+            None => (chosen, false),
+        }
     }
 
-    /// Records one call of `candidate`; once every candidate has [`TRIALS`] times, chooses the
-    /// one with the least best time.
+    /// Records a timed call of `candidate`; once every candidate has [`TRIALS`] times, and once
+    /// a review has run each candidate, chooses the one with the least best time.
     fn record(&mut self, candidate: C, seconds_per_unit: f64, candidates: &[C]) {
-        self.calls += 1;
-        if self.chosen.is_some() || self.calls == 1 {
-            return;
-        }
         self.times[candidate.index()].push(seconds_per_unit);
-        if candidates.iter().all(|c| self.times[c.index()].len() >= TRIALS) {
+        let reviewing = self.to_review.contains(&true);
+        if !reviewing && candidates.iter().all(|c| self.times[c.index()].len() >= TRIALS) {
             let best = |c: &C| self.times[c.index()].iter().copied().fold(f64::INFINITY, f64::min);
+            if self.chosen.is_none() {
+                self.review_at = self.calls * REVIEW_GROWTH;
+            }
             self.chosen = candidates.iter().copied().min_by(|a, b| best(a).total_cmp(&best(b)));
         }
     }
@@ -269,12 +299,8 @@ where
     K: std::hash::Hash + Eq + Copy,
     C: Candidate,
 {
-    let (candidate, decided) = {
-        let mut trials = locked(trials);
-        let trial = trials.entry(class).or_default();
-        (trial.next(candidates), trial.chosen.is_some())
-    };
-    if decided {
+    let (candidate, timed) = locked(trials).entry(class).or_default().begin(candidates);
+    if !timed {
         return run(candidate);
     }
     // Not locked during the call: a pass may run products that choose too.
@@ -463,46 +489,86 @@ mod tests {
         }
     }
 
+    /// Runs `calls` calls of `trial`, each taking `seconds(candidate, call)`; returns the
+    /// candidates in the order they ran and whether each was timed.
+    fn run_calls<C: Candidate>(
+        trial: &mut Trial<C>,
+        candidates: &[C],
+        calls: usize,
+        seconds: impl Fn(C, usize) -> f64,
+    ) -> Vec<(C, bool)> {
+        let start = trial.calls;
+        (start..start + calls)
+            .map(|call| {
+                let (candidate, timed) = trial.begin(candidates);
+                if timed {
+                    trial.record(candidate, seconds(candidate, call), candidates);
+                }
+                (candidate, timed)
+            })
+            .collect()
+    }
+
     #[test]
     fn a_class_runs_each_candidate_then_keeps_the_fastest() {
         let candidates = &Tiles::ALL;
         let mut trial = Trial::default();
         // The first call is untimed; then the candidates take turns until each has TRIALS times.
-        let mut order = Vec::new();
-        for call in 0..1 + 2 * TRIALS {
-            let tiles = trial.next(candidates);
-            order.push(tiles);
-            let seconds = if tiles == Tiles::Two { 1.0 } else { 2.0 + call as f64 };
-            trial.record(tiles, seconds, candidates);
-        }
-        assert_eq!(order[0], Tiles::One);
+        let seconds = |tiles, call| if tiles == Tiles::Two { 1.0 } else { 2.0 + call as f64 };
+        let order = run_calls(&mut trial, candidates, 1 + 2 * TRIALS, seconds);
+        assert_eq!(order[0], (Tiles::One, false));
         for tiles in Tiles::ALL {
-            assert_eq!(order[1..].iter().filter(|&&t| t == tiles).count(), TRIALS, "{order:?}");
+            assert_eq!(order[1..].iter().filter(|&&(t, timed)| t == tiles && timed).count(), TRIALS, "{order:?}");
         }
         assert_eq!(trial.chosen, Some(Tiles::Two));
-        assert_eq!(trial.next(candidates), Tiles::Two, "the choice stays");
+        assert_eq!(trial.begin(candidates), (Tiles::Two, false), "the choice stays, untimed");
         // The best time decides, not the last: a candidate slowed once still wins.
         let mut trial = Trial::default();
-        for (tiles, seconds) in [(Tiles::One, 9.0), (Tiles::Two, 1.0), (Tiles::One, 1.5), (Tiles::Two, 50.0)] {
-            trial.record(tiles, seconds, candidates);
-        }
-        for _ in 0..TRIALS {
-            trial.record(Tiles::One, 1.5, candidates);
-            trial.record(Tiles::Two, 1.2, candidates);
-        }
+        let slowed = [9.0, 1.0, 1.5, 50.0, 1.5, 1.2, 1.5, 1.2, 1.5, 1.2];
+        run_calls(&mut trial, candidates, 1 + slowed.len(), |_, call| slowed[call.saturating_sub(1)]);
         assert_eq!(trial.chosen, Some(Tiles::Two));
         // Three candidates take turns the same way.
         let candidates = &Threads::ALL;
-        let (mut trial, mut order) = (Trial::default(), Vec::new());
-        for _ in 0..1 + 3 * TRIALS {
-            let threads = trial.next(candidates);
-            order.push(threads);
-            trial.record(threads, if threads == Threads::Rows { 1.0 } else { 2.0 }, candidates);
-        }
+        let mut trial = Trial::default();
+        let order =
+            run_calls(&mut trial, candidates, 1 + 3 * TRIALS, |t, _| if t == Threads::Rows { 1.0 } else { 2.0 });
         for threads in Threads::ALL {
-            assert_eq!(order[1..].iter().filter(|&&t| t == threads).count(), TRIALS, "{order:?}");
+            assert_eq!(order[1..].iter().filter(|&&(t, _)| t == threads).count(), TRIALS, "{order:?}");
         }
         assert_eq!(trial.chosen, Some(Threads::Rows));
+    }
+
+    #[test]
+    fn a_choice_made_in_a_busy_moment_is_put_right_by_a_review() {
+        // The pool and the row split measured while another process held the second core (the
+        // caller's thread alone fastest), then the core free: each threaded call takes 0.6.
+        let candidates = &Threads::ALL;
+        let busy_until = 1 + 3 * TRIALS;
+        let seconds = |threads, call| match threads {
+            Threads::Caller => 1.0,
+            _ if call < busy_until => 1.1,
+            _ => 0.6,
+        };
+        let mut trial = Trial::default();
+        let first = run_calls(&mut trial, candidates, busy_until, seconds);
+        assert_eq!(trial.chosen, Some(Threads::Caller), "{first:?}");
+        // The choice serves untimed until the review, after REVIEW_GROWTH times the trial's calls.
+        let until_review = run_calls(&mut trial, candidates, (REVIEW_GROWTH - 1) * busy_until - 1, seconds);
+        assert!(until_review.iter().all(|&call| call == (Threads::Caller, false)), "{until_review:?}");
+        let review = run_calls(&mut trial, candidates, 2, seconds);
+        assert_eq!(trial.chosen, Some(Threads::Caller), "a review chooses when it has run every candidate");
+        let review = [review, run_calls(&mut trial, candidates, 1, seconds)].concat();
+        assert_eq!(review, Threads::ALL.map(|threads| (threads, true)), "each candidate once, timed");
+        assert_eq!(trial.chosen, Some(Threads::Pool), "the best times so far choose again");
+        assert_eq!(trial.begin(candidates), (Threads::Pool, false));
+        // The next review comes REVIEW_GROWTH times later again; a busy one changes nothing.
+        let next = busy_until * REVIEW_GROWTH * REVIEW_GROWTH;
+        let before_review = next - trial.calls - 1;
+        let quiet = run_calls(&mut trial, candidates, before_review, seconds);
+        assert!(quiet.iter().all(|&call| call == (Threads::Pool, false)), "{quiet:?}");
+        let review = run_calls(&mut trial, candidates, 3, |threads, _| seconds(threads, 0));
+        assert_eq!(review.iter().filter(|(_, timed)| *timed).count(), 3);
+        assert_eq!(trial.chosen, Some(Threads::Pool), "a slow moment does not undo a fast one");
     }
 
     #[test]
