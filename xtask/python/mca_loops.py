@@ -5,7 +5,8 @@ Compiles the `kernels` crate as the workspace compiles it (the dev profile build
 opt-level 3) with `--emit asm` and readable (v0) symbols, finds the innermost loops of each tile
 function (`forward_tile::<T>`, `key_value_tile::<T>`, `query_tile::<T>`, for AVX-512 and AVX2,
 one tile or two walked together), keeps the loops of the tile products (the dot products and
-the weighted sums) and of the softmax's exponentials (its loop without mask or dropout) and runs
+the weighted sums), of the softmax's exponentials (its loop without mask or dropout) and, for
+heads of 4 features, of the exponentials with their weighted sum (the bounded loop) and runs
 `llvm-mca` on each for every `--mcpu`, printing one Markdown table: cycles per iteration,
 multiply-adds per cycle, and the busiest execution port with its cycles per iteration.
 
@@ -84,9 +85,11 @@ def kind(loop):
     # builds 2^n in the exponent bits (a shift by 23), AVX2's takes 2^(j/8) from a register
     # (vpermps) and adds n << 20.
     scales = ("vscalefps", "vpermps")
+    # Elements of a row broadcast from memory (constants come from the code's own data, %rip).
+    broadcasts = [i for i in loop if ("{1to16}" in i or i.startswith("vbroadcastss")) and "(%rip)" not in i]
     if len(fmas) >= 4 and any(i.startswith(scales) or re.match(r"vpslld\s+\$(23|20)", i) for i in loop):
-        return "exponentials"
-    broadcasts = [i for i in loop if "{1to16}" in i or i.startswith("vbroadcastss")]
+        # Heads of 4 features take each exponential's weighted sum in the same loop.
+        return "exponentials and weighted sum" if broadcasts else "exponentials"
     if len(fmas) < 4 or not broadcasts:
         return None
     # A weighted sum broadcasts consecutive elements of one row (one base, displacements 4
@@ -125,14 +128,16 @@ def main():
         # Of each kind of loop, the one with the most multiply-adds: the full group of rows or
         # features (the others are the remainders of a length that is no multiple of it).
         # Of the exponentials' loops (with and without mask or dropout, the same multiply-adds),
-        # the shortest: the one without mask or dropout.
+        # the shortest: the one without mask or dropout (and for heads of 4 features, whose
+        # exponentials take their weighted sum in the same loop, the bounded one: no clamp).
         widest = {}
         for loop in loops(body):
             what = kind(loop)
-            rank = (sum(i.startswith("vfmadd") for i in loop), -len(loop) if what == "exponentials" else 0)
+            exponentials = what is not None and what.startswith("exponentials")
+            rank = (sum(i.startswith("vfmadd") for i in loop), -len(loop) if exponentials else 0)
             if what is not None and rank > widest.get(what, ((0, 0), None))[0]:
                 widest[what] = (rank, loop)
-        for what in ["dot products", "exponentials", "weighted sum"]:
+        for what in ["dot products", "exponentials", "weighted sum", "exponentials and weighted sum"]:
             if what in widest:
                 (fmas, _), loop = widest[what]
                 rows.append((isa, function, tiles, what, fmas, len(loop), [mca(loop, m) for m in mcpus]))

@@ -1032,9 +1032,11 @@ pub(crate) const BOUNDED_GAP: f32 = 16.0;
 /// [`BOUNDED_GAP`] of its shift. Softmax is the same for any shift; the running maximum is only
 /// one that keeps every exponential at most 1. By Hölder's inequality `|q̃_t · k_j| <= Σ_d |q̃_td|
 /// M_td` with `M_td = max_j |k_jd|` over the keys row `t` may attend (a prefix maximum,
-/// [`ForwardTile::key_prefix_max`]); with that sum (a little above it, for rounding) as row
-/// `t`'s shift, every logit minus its shift lies in `[-2 shift_t, 0]`, and its exponential in
-/// `[exp(-BOUNDED_GAP), 1]`: all normal floats, normalised by their sum as before. Only keys a
+/// [`ForwardTile::key_prefix_max`]); with that sum (a little above it, for rounding, and up to
+/// 0.087 more where the instruction set's exponential folds the shift in,
+/// [`Vector::bounded_shift`]) as row `t`'s shift, every logit minus its shift lies in
+/// `[-BOUNDED_GAP - 0.087, 0]`, and its exponential above `exp(-16.1)`: all normal floats,
+/// normalised by their sum as before. Only keys a
 /// row attends enter its shift, so a masked key changes no bit of the row's output, as with the
 /// running maximum.
 #[inline(always)]
@@ -1082,10 +1084,13 @@ fn tile_shift<V: Vector>(query: &[Lanes], maxima: &[Lanes; FUSED_WIDTH]) -> Opti
         bound = q.max(V::zero().sub(q)).mul_add(V::load(m), bound);
     }
     // Rounding moves a logit and the bound by a few ulp of the bound: 2^-12 covers both.
-    let mut shift = [0.0; LANES];
-    bound.mul(V::splat(1.0 + 1.0 / 4096.0)).store(&mut shift);
+    let bound = bound.mul(V::splat(1.0 + 1.0 / 4096.0));
+    let (mut bounds, mut shift) = ([0.0; LANES], [0.0; LANES]);
+    bound.store(&mut bounds);
+    // The shift this instruction set's exponential takes best, at most 0.087 above the bound.
+    V::bounded_shift(bound).store(&mut shift);
     // (False for NaN and infinities too: those take the online softmax.)
-    shift.iter().all(|&bound| 2.0 * bound <= BOUNDED_GAP).then_some(shift)
+    bounds.iter().all(|&bound| 2.0 * bound <= BOUNDED_GAP).then_some(shift)
 }
 
 /// One tile's exponentials of a step ([`exponentials`]), or with `fused` (the step's value rows

@@ -192,11 +192,27 @@ pub(crate) trait Vector: Copy {
     fn exp_nonpositive(self) -> Self {
         exp_nonpositive(self)
     }
-    /// `exp(self)` for lanes in `[-BOUNDED_GAP, 0]` (the attention kernel's bounded steps):
-    /// an instruction set whose `exp` clamps its argument may leave the clamp out.
+    /// The shift a bounded step (the attention kernel's `bounded_shifts`) takes for rows whose
+    /// logits are at most `bound`: `bound` itself, or a little above it where that lets
+    /// [`Vector::exp_shifted`] fold the subtraction into its reduction (AVX2: the next multiple
+    /// of `1 / (8 log2 e)`, at most 0.087 above). Softmax is the same for any shift.
     #[inline(always)]
-    fn exp_bounded(self) -> Self {
-        self.exp_nonpositive()
+    fn bounded_shift(bound: Self) -> Self {
+        bound
+    }
+    /// What [`Vector::exp_shifted`] takes for a shift from [`Vector::bounded_shift`], made once a
+    /// step: the shift itself, unless the instruction set folds it into its reduction.
+    #[inline(always)]
+    fn shift_constant(shift: Self) -> Self {
+        shift
+    }
+    /// `exp(score - shift)` for `constant = shift_constant(shift)`, lanes where the difference
+    /// lies in `[-BOUNDED_GAP - 1, 0]` (the attention kernel's bounded steps): an instruction set
+    /// whose `exp` clamps its argument leaves the clamp out, and one that can folds the
+    /// subtraction into the reduction (an instruction less a vector).
+    #[inline(always)]
+    fn exp_shifted(score: Self, constant: Self) -> Self {
+        score.sub(constant).exp_nonpositive()
     }
     /// One step of the online softmax with its weighted sum, fused, for value rows of `W`
     /// features (a narrow head): for each row `j` of `rows`, `p = exp(scores[j] - shift)`, 0 in
@@ -205,9 +221,9 @@ pub(crate) trait Vector: Copy {
     /// At narrow widths a pass that stores `p` and one that reads it back for `W` chains of
     /// multiply-adds leave the FMA ports idle in turns; fused, the exponentials' independent work
     /// fills the chains' waits. One running sum: a row's other work outlasts an add's latency.
-    /// With `BOUNDED`, every allowed lane's `scores[j] - shift` lies in `[-BOUNDED_GAP, 0]`
-    /// ([`Vector::exp_bounded`]); blocked lanes' exponentials may then be anything before the
-    /// mask zeroes them.
+    /// With `BOUNDED`, `shift` comes from [`Vector::bounded_shift`] and every allowed lane's
+    /// `scores[j] - shift` lies in `[-BOUNDED_GAP - 1, 0]` ([`Vector::exp_shifted`]); blocked
+    /// lanes' exponentials may then be anything before the mask zeroes them.
     #[inline(always)]
     fn exp_weighted_rows<const W: usize, const MASKED: bool, const DROPOUT: bool, const BOUNDED: bool>(
         rows: WeightedRows,
@@ -219,10 +235,10 @@ pub(crate) trait Vector: Copy {
         for (acc, context) in acc.iter_mut().zip(context.iter()) {
             *acc = Self::load(context);
         }
-        let mut sum = Self::zero();
+        let (mut sum, constant) = (Self::zero(), Self::shift_constant(shift));
         for (score, row, bits, keep) in rows.iter() {
-            let x = Self::load(score).sub(shift);
-            let p = if BOUNDED { x.exp_bounded() } else { x.exp_nonpositive() };
+            let score = Self::load(score);
+            let p = if BOUNDED { Self::exp_shifted(score, constant) } else { score.sub(shift).exp_nonpositive() };
             sum = sum.add(add_weighted::<Self, W, MASKED, DROPOUT>(p, bits, keep, &row[..W], &mut acc));
         }
         for (acc, context) in acc.iter().zip(context.iter_mut()) {

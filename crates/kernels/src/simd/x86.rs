@@ -102,18 +102,36 @@ impl Vector for Avx512 {
     /// 2 integer ones (`super::exp` gives the error).
     #[inline(always)]
     fn exp_nonpositive(self) -> Self {
-        use super::exp::{LOG2_E, POW2_ON_UNIT};
-        let [c6, c5, c4, c3, c2, c1] = POW2_ON_UNIT;
-        unsafe {
-            let t = _mm512_mul_ps(self.0, _mm512_set1_ps(LOG2_E));
-            // imm8 0b1001: keep no fraction bits, round down, suppress the precision exception.
-            let f = _mm512_reduce_ps::<0b1001>(t);
-            let mut p = _mm512_set1_ps(c6);
-            for c in [c5, c4, c3, c2, c1, 1.0] {
-                p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c));
-            }
-            Avx512(_mm512_scalef_ps(p, t))
+        unsafe { pow2(_mm512_mul_ps(self.0, _mm512_set1_ps(super::exp::LOG2_E))) }
+    }
+    /// `-shift log2(e)`, the start of [`Vector::exp_shifted`]'s multiply-add.
+    #[inline(always)]
+    fn shift_constant(shift: Self) -> Self {
+        unsafe { Avx512(_mm512_mul_ps(shift.0, _mm512_set1_ps(-super::exp::LOG2_E))) }
+    }
+    /// `t = score log2(e) - shift log2(e)` in one multiply-add, where [`Vector::exp_nonpositive`]
+    /// takes a subtraction and a multiplication.
+    #[inline(always)]
+    fn exp_shifted(score: Self, constant: Self) -> Self {
+        unsafe { pow2(_mm512_fmadd_ps(score.0, _mm512_set1_ps(super::exp::LOG2_E), constant.0)) }
+    }
+}
+
+/// `2^t` for lanes `t <= 0` (0 below float32's range): `vreduceps` gives `f = t - floor(t)` in
+/// `[0, 1)`, a polynomial `2^f`, and `vscalefps` multiplies it by `2^floor(t)`. Only inside
+/// functions compiled with `avx512f,avx512dq`.
+#[inline(always)]
+fn pow2(t: __m512) -> Avx512 {
+    let [c6, c5, c4, c3, c2, c1] = super::exp::POW2_ON_UNIT;
+    // SAFETY: see the `Vector` implementations.
+    unsafe {
+        // imm8 0b1001: keep no fraction bits, round down, suppress the precision exception.
+        let f = _mm512_reduce_ps::<0b1001>(t);
+        let mut p = _mm512_set1_ps(c6);
+        for c in [c5, c4, c3, c2, c1, 1.0] {
+            p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c));
         }
+        Avx512(_mm512_scalef_ps(p, t))
     }
 }
 
@@ -210,9 +228,26 @@ impl Vector for Avx2 {
     fn exp_nonpositive(self) -> Self {
         Avx2([exp_half(self.0[0]), exp_half(self.0[1])])
     }
+    /// `ceil(bound 8 log2(e)) / (8 log2(e))`: a shift whose multiple of `8 log2(e)` is an
+    /// integer `K`, which [`Vector::shift_constant`] folds into the reduction's rounding constant.
     #[inline(always)]
-    fn exp_bounded(self) -> Self {
-        Avx2([exp_half_unclamped(self.0[0]), exp_half_unclamped(self.0[1])])
+    fn bounded_shift(bound: Self) -> Self {
+        unsafe {
+            let eight_log2_e = _mm256_set1_ps(8.0 * super::exp::LOG2_E);
+            let [low, high] = bound.0;
+            let low = _mm256_div_ps(_mm256_ceil_ps(_mm256_mul_ps(low, eight_log2_e)), eight_log2_e);
+            let high = _mm256_div_ps(_mm256_ceil_ps(_mm256_mul_ps(high, eight_log2_e)), eight_log2_e);
+            Avx2([low, high])
+        }
+    }
+    /// `ROUND_MAGIC - K` for a shift `K / (8 log2(e))` ([`exp_half_shifted`]).
+    #[inline(always)]
+    fn shift_constant(shift: Self) -> Self {
+        Avx2([shift_constant_half(shift.0[0]), shift_constant_half(shift.0[1])])
+    }
+    #[inline(always)]
+    fn exp_shifted(score: Self, constant: Self) -> Self {
+        Avx2([exp_half_shifted(score.0[0], constant.0[0]), exp_half_shifted(score.0[1], constant.0[1])])
     }
     /// [`Vector::exp_weighted_rows`] one half at a time: both halves' accumulators, the
     /// exponentials' temporaries and constants do not fit in AVX2's 16 registers together, and
@@ -229,9 +264,13 @@ impl Vector for Avx2 {
             unsafe {
                 let mut acc = load_half::<W>(context, half);
                 let (shift, mut sum) = (shift.0[half], _mm256_setzero_ps());
+                let constant = shift_constant_half(shift);
                 for (score, row, bits, keep) in rows.iter() {
-                    let x = _mm256_sub_ps(_mm256_loadu_ps(score[8 * half..].as_ptr()), shift);
-                    let p = if BOUNDED { exp_half_unclamped(x) } else { exp_half(x) };
+                    let score = _mm256_loadu_ps(score[8 * half..].as_ptr());
+                    let p = match BOUNDED {
+                        true => exp_half_shifted(score, constant),
+                        false => exp_half(_mm256_sub_ps(score, shift)),
+                    };
                     let (bits, keep) = (bits >> (8 * half), keep >> (8 * half));
                     sum =
                         _mm256_add_ps(sum, add_weighted_half::<W, MASKED, DROPOUT>(p, bits, keep, &row[..W], &mut acc));
@@ -269,22 +308,39 @@ fn keep_half(x: __m256, bits: u16) -> __m256 {
 }
 
 /// `exp(x)` for lanes `x <= 0` of one AVX2 register: clamped to [`super::exp::UNDERFLOW`], then
-/// [`exp_half_unclamped`]. Only inside functions compiled with `avx2,fma`.
+/// [`exp_half_shifted`] with no shift. Only inside functions compiled with `avx2,fma`.
 #[inline(always)]
 fn exp_half(x: __m256) -> __m256 {
     // SAFETY: see the `Vector` implementations.
-    exp_half_unclamped(unsafe { _mm256_max_ps(x, _mm256_set1_ps(super::exp::UNDERFLOW)) })
+    unsafe {
+        let clamped = _mm256_max_ps(x, _mm256_set1_ps(super::exp::UNDERFLOW));
+        exp_half_shifted(clamped, _mm256_set1_ps(super::exp::ROUND_MAGIC))
+    }
 }
 
-/// `exp(x)` for lanes `x` in `[UNDERFLOW, 0]` of one AVX2 register (below, the exponent bits
-/// wrap): `exp(x) = 2^t` with `8t` rounded to `n = 8e + j` (by adding `1.5 * 2^23`, which leaves
-/// `n` in the sum's low mantissa bits) and `g = 8t - n`: `2^(g/8)` from a cubic, times `2^(j/8)`
-/// from a register indexed by the low 3 bits of `n`, whose entries hold their bits minus `j <<
-/// 20` so that adding `n << 20` sets the exponent `e` in the same integer add (`super::exp`
-/// gives the error). Only inside functions compiled with `avx2,fma`.
+/// [`exp_half_shifted`]'s constant for a shift `s = K / (8 log2(e))` with an integer `K` (from
+/// [`Vector::bounded_shift`]): `ROUND_MAGIC - K`, exact (`8 log2(e) s` is within 1e-5 of `K`,
+/// and the multiply-add rounds to the integers there). Only inside functions compiled with
+/// `avx2,fma`.
 #[inline(always)]
-fn exp_half_unclamped(x: __m256) -> __m256 {
-    use super::exp::{EIGHTHS, LOG2_E, POW2_ON_EIGHTHS, ROUND_MAGIC};
+fn shift_constant_half(shift: __m256) -> __m256 {
+    use super::exp::{LOG2_E, ROUND_MAGIC};
+    // SAFETY: see the `Vector` implementations.
+    unsafe { _mm256_fnmadd_ps(shift, _mm256_set1_ps(8.0 * LOG2_E), _mm256_set1_ps(ROUND_MAGIC)) }
+}
+
+/// `exp(x - s)` for lanes `x - s` in `[UNDERFLOW, 0]` of one AVX2 register (below, the exponent
+/// bits wrap), for `constant = ROUND_MAGIC - K` and `s = K / (8 log2(e))` ([`shift_constant_half`];
+/// `ROUND_MAGIC` itself for no shift): `exp(x - s) = 2^(u/8)` with `u = 8 log2(e) x - K` rounded
+/// to `n = 8e + j` by the multiply-add `8 log2(e) x + constant`, which leaves `ROUND_MAGIC + n`
+/// (1.5 * 2^23 puts `n` in the sum's low mantissa bits), so the shift costs no instruction of its
+/// own; `g = u - n = 8 log2(e) x + (constant - rounded)`, `|g| <= 1/2`, exact. `2^(g/8)` from a
+/// cubic, times `2^(j/8)` from a register indexed by the low 3 bits of `n`, whose entries hold
+/// their bits minus `j << 20` so that adding `n << 20` sets the exponent `e` in the same integer
+/// add (`super::exp` gives the error). Only inside functions compiled with `avx2,fma`.
+#[inline(always)]
+fn exp_half_shifted(x: __m256, constant: __m256) -> __m256 {
+    use super::exp::{EIGHTHS, LOG2_E, POW2_ON_EIGHTHS};
     const TABLE: [i32; 8] = {
         let mut table = [0; 8];
         let mut j = 0;
@@ -299,9 +355,9 @@ fn exp_half_unclamped(x: __m256) -> __m256 {
     unsafe {
         let table = _mm256_loadu_si256(TABLE.as_ptr().cast());
         let eight_log2_e = _mm256_set1_ps(8.0 * LOG2_E);
-        let rounded = _mm256_fmadd_ps(x, eight_log2_e, _mm256_set1_ps(ROUND_MAGIC));
-        let minus_n = _mm256_sub_ps(_mm256_set1_ps(ROUND_MAGIC), rounded);
-        let g = _mm256_fmadd_ps(x, eight_log2_e, minus_n); // 8t - n, |g| <= 1/2
+        let rounded = _mm256_fmadd_ps(x, eight_log2_e, constant); // ROUND_MAGIC + n
+        let minus_k_n = _mm256_sub_ps(constant, rounded); // -K - n, exact
+        let g = _mm256_fmadd_ps(x, eight_log2_e, minus_k_n); // u - n, |g| <= 1/2
         let q = _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(c3), g, _mm256_set1_ps(c2)), g, _mm256_set1_ps(c1));
         let n = _mm256_castps_si256(rounded); // low mantissa bits: n
         let scale = _mm256_add_epi32(_mm256_permutevar8x32_epi32(table, n), _mm256_slli_epi32::<20>(n));
