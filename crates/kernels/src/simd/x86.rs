@@ -330,14 +330,15 @@ fn shift_constant_half(shift: __m256) -> __m256 {
 }
 
 /// `exp(x - s)` for lanes `x - s` in `[UNDERFLOW, 0]` of one AVX2 register (below, the exponent
-/// bits wrap), for `constant = ROUND_MAGIC - K` and `s = K / (8 log2(e))` ([`shift_constant_half`];
-/// `ROUND_MAGIC` itself for no shift): `exp(x - s) = 2^(u/8)` with `u = 8 log2(e) x - K` rounded
-/// to `n = 8e + j` by the multiply-add `8 log2(e) x + constant`, which leaves `ROUND_MAGIC + n`
-/// (1.5 * 2^23 puts `n` in the sum's low mantissa bits), so the shift costs no instruction of its
-/// own; `g = u - n = 8 log2(e) x + (constant - rounded)`, `|g| <= 1/2`, exact. `2^(g/8)` from a
-/// cubic, times `2^(j/8)` from a register indexed by the low 3 bits of `n`, whose entries hold
-/// their bits minus `j << 20` so that adding `n << 20` sets the exponent `e` in the same integer
-/// add (`super::exp` gives the error). Only inside functions compiled with `avx2,fma`.
+/// bits wrap), for `constant = ROUND_MAGIC - K` and `s = K / (8 log2(e))`
+/// ([`shift_constant_half`]; `ROUND_MAGIC` itself for no shift): `exp(x - s) = 2^(u/8)` with
+/// `u = 8 log2(e) x - K` rounded to `n = 8e + j` by the multiply-add `8 log2(e) x + constant`,
+/// which leaves `ROUND_MAGIC + n` (1.5 * 2^23 puts `n` in the sum's low mantissa bits), so the
+/// shift costs no instruction of its own; `g = u - n = 8 log2(e) x + (constant - rounded)`,
+/// `|g| <= 1/2` (the difference exact, the multiply-add rounding once). `2^(g/8)` from a cubic,
+/// times `2^(j/8)` from a register indexed by the low 3 bits of `n`, whose entries hold their
+/// bits minus `j << 20` so that adding `n << 20` sets the exponent `e` in the same integer add
+/// (`super::exp` gives the error). Only inside functions compiled with `avx2,fma`.
 #[inline(always)]
 fn exp_half_shifted(x: __m256, constant: __m256) -> __m256 {
     use super::exp::{EIGHTHS, LOG2_E, POW2_ON_EIGHTHS};
