@@ -64,6 +64,13 @@ pub fn matmul_bias(a: View, b: View, bias: &[f32]) -> Vec<f32> {
     run(a, b, |threads| product(Isa::best(), a, b, Some(bias), threads))
 }
 
+/// Whether the `gemm` crate runs `[m, k] x [k, n]` on one thread (fewer multiply-adds than its
+/// threading threshold): a product small enough that its fixed costs (packing, the call) weigh
+/// against its arithmetic, and that [`matmul`] runs on the caller's thread.
+pub fn runs_alone(m: usize, k: usize, n: usize) -> bool {
+    m.saturating_mul(k).saturating_mul(n) < gemm_common::gemm::get_threading_threshold()
+}
+
 /// Runs the product `f` of `a` and `b` on the caller's thread when the `gemm` crate would run it
 /// on one thread anyway (fewer multiply-adds than its threading threshold): handing a call to
 /// the pool costs two context switches, which were 40% of the time of the seed's projections
@@ -72,8 +79,7 @@ pub fn matmul_bias(a: View, b: View, bias: &[f32]) -> Vec<f32> {
 /// the layers' narrow products crossed the threshold and ran slower on the pool, `[4352, 4] x
 /// [4, 72]` in 0.18 ms against 0.07, `[4352, 24] x [24, 24]` in 0.11 against 0.07.
 fn run(a: View, b: View, f: impl FnOnce(Threads) -> Vec<f32> + Send) -> Vec<f32> {
-    let multiply_adds = a.rows.saturating_mul(a.cols).saturating_mul(b.cols);
-    if multiply_adds < gemm_common::gemm::get_threading_threshold() {
+    if runs_alone(a.rows, a.cols, b.cols) {
         return on_caller(Phase::Gemm, || f(Threads::Caller));
     }
     let class = ProductClass { isa: Isa::best().name(), m: a.rows, k: a.cols, n: b.cols };

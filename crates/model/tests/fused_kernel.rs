@@ -126,6 +126,34 @@ fn keras_kernel_matches_the_exact_path_with_gradients() {
 }
 
 #[test]
+fn keras_self_attention_matches_the_exact_path_packed_and_apart() {
+    // One input: the kernel reads one packed projection where each of the three products would
+    // run on one thread (the seed's shape), and three products apart above that (the three
+    // weights are not joined anew every call where the GEMM splits each over threads anyway).
+    // (heads, key_dim, width, batch, T), whether the layer packs there, and the tolerance: the
+    // wider layer's gradients are sums of 64-wide products over 192 rows (1.6e-6 packed too).
+    for (heads, key_dim, width, batch, seq_len, packs, tolerance) in
+        [(6, 4, 4, 2, 136, true, 1e-6), (4, 16, 64, 2, 96, false, 4e-6)]
+    {
+        assert_eq!(kernels::gemm::runs_alone(batch * seq_len, width, heads * key_dim), packs);
+        let config = KerasMhaConfig::new(heads, key_dim, width);
+        let weights = keras_weights(&config, 3);
+        for device in cpu_backends() {
+            let device = device.autodiff();
+            let layer = config.init_with_weights(&weights, &device).unwrap();
+            let run = |exact: bool| {
+                let x = input([batch, seq_len, width], 21, &device);
+                let output = keras_call(&layer, KerasMhaInput::self_attention(x.clone()), exact).output;
+                output_and_gradients(&layer, output, &[&x])
+            };
+            let diff = max_scaled_diff(&run(false), &run(true));
+            eprintln!("keras self-attention h={heads} k={key_dim} D={width} packs={packs} on {device:?}: {diff:e}");
+            assert!(diff < tolerance, "keras self-attention h={heads} k={key_dim} D={width}: kernel vs exact {diff:e}");
+        }
+    }
+}
+
+#[test]
 fn torch_kernel_matches_the_exact_path_with_gradients() {
     let keras = KerasMhaConfig::new(6, 4, 24);
     let converted = keras_to_torch(&keras, &keras_weights(&keras, 21)).unwrap();
