@@ -271,6 +271,11 @@ impl<C: Candidate> Trial<C> {
         }
     }
 
+    /// Whether the class's next call is timed: it has not chosen yet, or a review is under way.
+    fn measuring(&self) -> bool {
+        self.chosen.is_none() || self.to_review.contains(&true)
+    }
+
     /// Each candidate's best time so far, scaled by `scale`, in the candidates' order.
     fn best_times<const N: usize>(&self, scale: f64) -> [Option<f64>; N] {
         std::array::from_fn(|i| {
@@ -323,6 +328,15 @@ fn measured<K: Ord + Copy, C: Candidate, const N: usize>(
         locked(trials).iter().map(|(class, trial)| (*class, trial.best_times(scale), trial.chosen)).collect();
     all.sort_by_key(|(class, ..)| *class);
     all
+}
+
+/// Whether some class of calls is still measuring its candidates (its trial, or a review under
+/// way): its next calls run slower candidates too. A benchmark warms up until none is, so that
+/// it times the choices, not the trials (a product's trial of the caller's thread alone runs at
+/// half the speed of two threads).
+pub fn measuring() -> bool {
+    let tiles = locked(&TILE_TRIALS).values().any(Trial::measuring);
+    tiles || locked(&THREAD_TRIALS).values().any(Trial::measuring)
 }
 
 /// Every class of the tiles' choice measured so far.
@@ -550,14 +564,19 @@ mod tests {
             _ => 0.6,
         };
         let mut trial = Trial::default();
+        assert!(trial.measuring(), "a class measures until it chooses");
         let first = run_calls(&mut trial, candidates, busy_until, seconds);
         assert_eq!(trial.chosen, Some(Threads::Caller), "{first:?}");
+        assert!(!trial.measuring());
         // The choice serves untimed until the review, after REVIEW_GROWTH times the trial's calls.
         let until_review = run_calls(&mut trial, candidates, (REVIEW_GROWTH - 1) * busy_until - 1, seconds);
         assert!(until_review.iter().all(|&call| call == (Threads::Caller, false)), "{until_review:?}");
+        assert!(!trial.measuring());
         let review = run_calls(&mut trial, candidates, 2, seconds);
         assert_eq!(trial.chosen, Some(Threads::Caller), "a review chooses when it has run every candidate");
+        assert!(trial.measuring(), "a review under way measures");
         let review = [review, run_calls(&mut trial, candidates, 1, seconds)].concat();
+        assert!(!trial.measuring());
         assert_eq!(review, Threads::ALL.map(|threads| (threads, true)), "each candidate once, timed");
         assert_eq!(trial.chosen, Some(Threads::Pool), "the best times so far choose again");
         assert_eq!(trial.begin(candidates), (Threads::Pool, false));
