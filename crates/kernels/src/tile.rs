@@ -102,17 +102,25 @@ fn dot_rows<V: Vector, const R: usize, const T: usize>(
         *row = unsafe { rows.as_ptr().add(start + r * row_stride) };
     }
     let mut acc = [[V::zero(); R]; T];
-    for d in 0..width {
-        let mut columns = [V::zero(); T];
-        for t in 0..T {
-            columns[t] = V::load(unsafe { tiles[t].get_unchecked(d) });
-        }
-        let offset = d * depth_stride;
-        for r in 0..R {
-            let x = V::splat(unsafe { *starts[r].add(offset) });
-            for t in 0..T {
-                acc[t][r] = columns[t].mul_add(x, acc[t][r]);
+    // Every depth `d` below is less than `width`: within every tile, and the rows' elements at
+    // `d` end at `last`, as `dot_depth` requires.
+    if T == 1 && width >= GROUPED_FROM {
+        // One tile of wide rows: [`DEPTH_GROUP`] depths a turn, then the rest one at a time.
+        let grouped = width - width % DEPTH_GROUP;
+        for group in (0..grouped).step_by(DEPTH_GROUP) {
+            for d in group..group + DEPTH_GROUP {
+                // SAFETY: `d < grouped <= width` (above).
+                unsafe { dot_depth::<V, R, T>(tiles, &starts, d, depth_stride, &mut acc) };
             }
+        }
+        for d in grouped..width {
+            // SAFETY: `d < width` (above).
+            unsafe { dot_depth::<V, R, T>(tiles, &starts, d, depth_stride, &mut acc) };
+        }
+    } else {
+        for d in 0..width {
+            // SAFETY: `d < width` (above).
+            unsafe { dot_depth::<V, R, T>(tiles, &starts, d, depth_stride, &mut acc) };
         }
     }
     for t in 0..T {
@@ -121,6 +129,49 @@ fn dot_rows<V: Vector, const R: usize, const T: usize>(
         }
     }
     R
+}
+
+/// Depths [`dot_rows`] walks per turn of its loop where one tile's rows are wide. LLVM keeps the
+/// `R` rows' addresses as a few bases and an index, rebuilt by integer adds every turn (5 of the
+/// 27 instructions of AVX2's turn of one depth, beside 12 multiply-adds), which the Sapphire
+/// Rapids model issues on the two FMA ports. Four depths a turn rebuild them once for 48
+/// multiply-adds (89 instructions). llvm-mca-19, multiply-adds per cycle of one tile's dot
+/// products, one depth a turn -> four: AVX2 `sapphirerapids` 1.62 -> 1.84 (`znver4` 1.98 ->
+/// 1.99), AVX-512 `skylake-avx512` (the model with the server cores' two 512-bit FMA ports) 1.57
+/// -> 1.77. Two tiles keep one depth a turn: in groups of 2 (16 accumulators, 4 broadcasts a
+/// depth) their dot products ran 15% slower on a Zen 4, and in groups of 4 LLVM spilled them.
+const DEPTH_GROUP: usize = 4;
+
+/// The narrowest rows walked in groups of [`DEPTH_GROUP`] depths. Heads of 4 to 16 features take
+/// one to four turns, and grouped they ran slower on a Zen 4: one tile's dot products at width
+/// 4 (AVX-512, `tile_rates`) 57-81 GFLOP/s against 80-86, and the forward passes of heads of 16
+/// (`xtask bench` at 1,4096,64,4x16) 1.04-1.06 of their time, where heads of 32 took a median
+/// of 0.96-0.98 (8,512,256,8x32, AVX-512 and AVX2).
+const GROUPED_FROM: usize = 32;
+
+/// One depth `d` of [`dot_rows`]: `acc[t][r] += tiles[t][d] · row r's element d`.
+///
+/// # Safety
+/// `d` is below every tile's length and `starts[r] + d * depth_stride` lies in the rows.
+#[inline(always)]
+unsafe fn dot_depth<V: Vector, const R: usize, const T: usize>(
+    tiles: &[&[Lanes]; T],
+    starts: &[*const f32; R],
+    d: usize,
+    depth_stride: usize,
+    acc: &mut [[V; R]; T],
+) {
+    let mut columns = [V::zero(); T];
+    for t in 0..T {
+        columns[t] = V::load(unsafe { tiles[t].get_unchecked(d) });
+    }
+    let offset = d * depth_stride;
+    for r in 0..R {
+        let x = V::splat(unsafe { *starts[r].add(offset) });
+        for t in 0..T {
+            acc[t][r] = columns[t].mul_add(x, acc[t][r]);
+        }
+    }
 }
 
 /// `acc[t][d] += Σ_r weights[t][r] · rows[r * stride + d]` for `d < acc[t].len()` (all `T`
@@ -331,10 +382,17 @@ mod tests {
         }
     }
 
-    /// Both products of `T` tiles with `R` rows or features a group, against their definitions.
+    /// Both products of `T` tiles with `R` rows or features a group, against their definitions:
+    /// 18 rows, and 13 features (every group of rows or features leaves a remainder of 4, 2
+    /// or 1) or [`GROUPED_FROM`] + 3 (one tile's dot products walk groups of [`DEPTH_GROUP`]
+    /// depths, then three more).
     fn check_products<const R: usize, const T: usize>() {
-        // 18 rows and 13 features: every group size leaves a remainder of 4, 2 or 1.
-        let (n, width, stride) = (18, 13, 14);
+        for (width, stride) in [(13, 14), (GROUPED_FROM + 3, GROUPED_FROM + 5)] {
+            check_products_of_width::<R, T>(18, width, stride);
+        }
+    }
+
+    fn check_products_of_width<const R: usize, const T: usize>(n: usize, width: usize, stride: usize) {
         let tiles: [Vec<Lanes>; T] =
             std::array::from_fn(|t| (0..width).map(|d| lanes(|i| (d * 16 + i + 7 * t) as f32 * 0.01)).collect());
         let rows: Vec<f32> = (0..n * stride).map(|x| (x % 7) as f32 - 3.0).collect();
