@@ -261,8 +261,7 @@ impl<C: Candidate> Trial<C> {
     /// a review has run each candidate, chooses the one with the least best time.
     fn record(&mut self, candidate: C, seconds_per_unit: f64, candidates: &[C]) {
         self.times[candidate.index()].push(seconds_per_unit);
-        let reviewing = self.to_review.contains(&true);
-        if !reviewing && candidates.iter().all(|c| self.times[c.index()].len() >= TRIALS) {
+        if !self.reviewing() && candidates.iter().all(|c| self.times[c.index()].len() >= TRIALS) {
             let best = |c: &C| self.times[c.index()].iter().copied().fold(f64::INFINITY, f64::min);
             if self.chosen.is_none() {
                 self.review_at = self.calls * REVIEW_GROWTH;
@@ -271,9 +270,14 @@ impl<C: Candidate> Trial<C> {
         }
     }
 
+    /// Whether a review has candidates yet to run.
+    fn reviewing(&self) -> bool {
+        self.to_review.contains(&true)
+    }
+
     /// Whether the class's next call is timed: it has not chosen yet, or a review is under way.
     fn measuring(&self) -> bool {
-        self.chosen.is_none() || self.to_review.contains(&true)
+        self.chosen.is_none() || self.reviewing()
     }
 
     /// Each candidate's best time so far, scaled by `scale`, in the candidates' order.
