@@ -28,13 +28,38 @@
 //! handing a call to the pool costs two context switches, and at the layers' narrow products the
 //! crate's split cost more than a second thread saves. `KERNELS_GEMM_THREADS` (`caller`, `pool`
 //! or `rows`) overrides it; [`gemm_choices`] reports.
+//!
+//! The split, the tiles and the products' threads change the order of some sums, so outputs
+//! differ in their last bits from candidate to candidate, and timing differs from process to
+//! process. A process that must give the same bits every time (a training run: the same config
+//! and seed give the same weights, run twice or resumed) calls [`set_reproducible`]: from then
+//! on each of the three is chosen by a rule of the call alone, not by timing or the variables
+//! (no split, one tile, the pool wherever the `gemm` crate would split a product), and
+//! [`reproducible`] says so.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
 use crate::dims::Dims;
 use crate::simd::{Isa, LANES, Level};
+
+/// Whether the choices that change rounding follow fixed rules ([`set_reproducible`]).
+static REPRODUCIBLE: AtomicBool = AtomicBool::new(false);
+
+/// From now on (`true`), the narrow sums' split, the tiles and the products' threads are chosen
+/// by rules of the call alone, whatever timing or the override variables would choose, so that
+/// the process computes the same bits as any other process on this machine with the same thread
+/// count; `false` returns them to timing. Call it before the first kernel call it should cover.
+pub fn set_reproducible(on: bool) {
+    REPRODUCIBLE.store(on, Ordering::SeqCst);
+}
+
+/// Whether [`set_reproducible`] is on.
+pub fn reproducible() -> bool {
+    REPRODUCIBLE.load(Ordering::SeqCst)
+}
 
 /// The variable that overrides [`Tuning::step`]: a multiple of 16 from 16 to 4096.
 pub const STEP_VARIABLE: &str = "KERNELS_STEP";
@@ -103,6 +128,9 @@ const SPLIT_WHEN_SLOWER: f64 = 1.5;
 /// which returns the seconds per multiply-add of the tiles' accumulators' number of chains and
 /// of half as many.
 pub(crate) fn split_narrow_sums(level: Level, times: impl FnOnce() -> (f64, f64)) -> bool {
+    if reproducible() {
+        return false;
+    }
     static SPLIT: [OnceLock<bool>; 3] = [const { OnceLock::new() }; 3];
     *SPLIT[level as usize].get_or_init(|| split_from(std::env::var(SPLIT_VARIABLE).ok().as_deref(), times))
 }
@@ -374,6 +402,9 @@ fn forced_tiles() -> Option<Tiles> {
 /// else the candidate the measurement needs next) and, while the class is being measured, times
 /// it.
 pub(crate) fn with_tiles<R>(pass: Pass, isa: Isa, dims: Dims, causal: bool, run: impl FnOnce(Tiles) -> R) -> R {
+    if reproducible() {
+        return run(Tiles::One);
+    }
     if let Some(tiles) = forced_tiles() {
         return run(tiles);
     }
@@ -462,6 +493,9 @@ fn forced_threads() -> Option<Threads> {
 /// measured choice, else the candidate the measurement needs next), timing it, the hand-over to
 /// the pool included, while the class is being measured.
 pub(crate) fn with_threads<R>(class: ProductClass, run: impl FnOnce(Threads) -> R) -> R {
+    if reproducible() {
+        return run(Threads::Pool);
+    }
     match forced_threads() {
         Some(threads) => run(threads),
         None => with_choice(&THREAD_TRIALS, class, &Threads::ALL, 1, run),

@@ -76,6 +76,12 @@ pub struct TrainSection {
     pub log_every: usize,
     /// Sequences of the valid split evaluated after each epoch (all of them when 0).
     pub valid_batches: usize,
+    /// The same config and seed give the same weights and losses bit for bit, run twice or
+    /// interrupted and resumed, on this machine at its thread count: the kernels' run-time
+    /// choices that change rounding follow fixed rules instead of timing
+    /// (`kernels::tuning::set_reproducible`). `false` lets them time, a few percent faster where
+    /// timing would pick another variant.
+    pub reproducible: bool,
 }
 
 /// The defaults of every field; `configs/default.toml` spells the same values out (a test checks
@@ -120,6 +126,7 @@ impl Default for TrainSection {
             checkpoint_every: 50,
             log_every: 16,
             valid_batches: 0,
+            reproducible: true,
         }
     }
 }

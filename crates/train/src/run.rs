@@ -85,6 +85,10 @@ pub struct Summary {
     /// `noise_std^2`.
     pub bayes_floor: f64,
     pub resumed: bool,
+    /// Whether the kernels' choices that change rounding followed fixed rules
+    /// ([`crate::config::TrainSection::reproducible`]).
+    #[serde(default)]
+    pub reproducible: bool,
 }
 
 /// How to run.
@@ -125,6 +129,7 @@ mod nan_as_null {
 pub fn train(config: &RunConfig, options: &RunOptions) -> Result<Option<Summary>> {
     let dir = options.runs_dir.join(&config.name);
     let started = Instant::now();
+    kernels::tuning::set_reproducible(config.train.reproducible);
     let device = config.backend().device(config.wgpu_kind())?;
     let ad = device.clone().autodiff();
     let spec = config.model_spec();
@@ -251,6 +256,7 @@ pub fn train(config: &RunConfig, options: &RunOptions) -> Result<Option<Summary>
         per_position_floor: per_position_floor(&config.task, 256, 256),
         bayes_floor: config.task.noise_std.powi(2),
         resumed,
+        reproducible: config.train.reproducible,
         diverged_at_step,
     };
     write_metrics(&dir, &position)?;
