@@ -675,6 +675,43 @@ def zoo_mha():
                 "masked row), distinct key, attention_axes=(2,) on rank 4, use_causal_mask")
 
 
+def zoo_axial():
+    """Axial attention: MultiHeadAttention over each position axis of rank-4, rank-5 and rank-6
+    inputs, alone, in pairs and by Keras' default (`attention_axes=None`: every axis between the
+    batch and the features; not at rank 6, whose scores TensorFlow's softmax cannot take), as an
+    image or video model attends row by row and column by column."""
+    rng = fresh(21)
+    image = keras.Input((6, 8, 5), name="image")
+    video = keras.Input((3, 4, 5, 6), name="video")
+    volume = keras.Input((2, 3, 2, 3, 4), name="volume")
+
+    def attention(x, axes, name, heads=2, size=3):
+        return layers.MultiHeadAttention(num_heads=heads, key_dim=size, attention_axes=axes, name=name)(x, x)
+
+    rows = attention(image, [2], "row_attention")
+    columns = attention(rows, [1], "column_attention")
+    outputs = [
+        columns,
+        attention(image, None, "image_attention"),
+        attention(image, [-2], "negative_axis_attention"),
+        attention(video, [1], "time_attention"),
+        attention(video, [2], "height_attention"),
+        attention(video, [3], "width_attention"),
+        attention(video, [1, 3], "time_width_attention"),
+        attention(video, None, "video_attention"),
+        attention(volume, [2, 4], "volume_pair_attention"),
+        attention(volume, [3], "volume_axis_attention"),
+    ]
+    model = keras.Model([image, video, volume], outputs, name="zoo_axial")
+    randomise(model, rng)
+    inputs = {"image": rng.normal(size=(2, 6, 8, 5)).astype(np.float32),
+              "video": rng.normal(size=(2, 3, 4, 5, 6)).astype(np.float32),
+              "volume": rng.normal(size=(2, 2, 3, 2, 3, 4)).astype(np.float32)}
+    write_model("zoo_axial", model, inputs,
+                "MultiHeadAttention over each axis of rank-4, rank-5 and rank-6 inputs, pairs of axes, and "
+                "attention_axes=None (every position axis) at ranks 4 and 5")
+
+
 # --------------------------------------------------------------------------------------------
 # 7. Files that a converter must refuse
 # --------------------------------------------------------------------------------------------
@@ -1376,6 +1413,7 @@ MODELS = [
     zoo_masks,
     zoo_ops,
     zoo_mha,
+    zoo_axial,
     zoo_1d,
     zoo_vision,
     zoo_preprocessing,

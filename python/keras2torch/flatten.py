@@ -33,7 +33,10 @@ from dataclasses import dataclass, field
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-import numpy as np  # noqa: E402
+try:
+    import numpy as np
+except ModuleNotFoundError:  # `main` says so in one line (`missing_requirement`)
+    np = None
 
 
 @dataclass
@@ -56,8 +59,11 @@ class FlattenReport:
 
 
 def is_builtin(layer):
-    """A class of Keras itself (its module is `keras.src...`), not the user's."""
-    return type(layer).__module__.startswith("keras.")
+    """A class of Keras' layers itself (its module is `keras.src...`), not the user's, nor one
+    that `keras.applications` defines for its own networks (ConvNeXt's `LayerScale` and
+    `StochasticDepth`), which is traced like the user's."""
+    module = type(layer).__module__
+    return module.startswith("keras.") and not module.startswith("keras.src.applications.")
 
 
 def _user_frame(error):
@@ -88,10 +94,18 @@ class _Tracer:
 
         # `ops.reshape(x, (batch_size, ...))` with `batch_size = ops.shape(x)[0]`, None while
         # tracing: the one open size is what -1 means, and the recorded node then runs at any batch.
+        # With a -1 beside it (`(batch_size, -1, features)`, ViT's patches) the -1 is worked out
+        # from x's other sizes, where they are known, and the open one becomes the -1.
         reshape = keras.ops.reshape
 
         def reshape_open(x, newshape):
-            if isinstance(newshape, (tuple, list)) and sum(d is None for d in newshape) == 1 and -1 not in newshape:
+            if isinstance(newshape, (tuple, list)) and sum(d is None for d in newshape) == 1:
+                if -1 in newshape:
+                    known = [d for d in newshape if d is not None and d != -1]
+                    if x.shape[0] is not None or any(d is None for d in x.shape[1:]) or newshape[0] is not None:
+                        return reshape(x, newshape)
+                    inferred = int(np.prod(x.shape[1:])) // max(int(np.prod(known)), 1)
+                    newshape = type(newshape)(inferred if d == -1 else d for d in newshape)
                 newshape = type(newshape)(-1 if d is None else d for d in newshape)
             return reshape(x, newshape)
 
@@ -109,10 +123,45 @@ class _Tracer:
                 fits = len(like.shape) == len(shape) and all(a == b for a, b in zip(like.shape, shape) if b is not None)
                 if fits and all(like.shape[i] is None for i, d in enumerate(shape) if d is None):
                     return keras.ops.add(x, keras.ops.zeros_like(like))
+                if shape[0] is None and like.shape[0] is None and all(d is not None for d in shape[1:]):
+                    return _over_batch_of(like, broadcast_to(x, (1, *shape[1:])))
             return broadcast_to(x, shape)
 
         self.broadcast_to = broadcast_to
         keras.ops.broadcast_to = broadcast_open
+        # `ops.tile(token, (batch_size, 1, 1))` (a class token, ViT's) with the batch open: the
+        # other repeats, then the one row broadcast over the traced layer's batch.
+        tile = keras.ops.tile
+
+        def tile_open(x, repeats):
+            if (
+                isinstance(repeats, (tuple, list)) and repeats and repeats[0] is None
+                and all(r is not None for r in repeats[1:]) and len(repeats) == len(x.shape) and x.shape[0] == 1
+                and anchors and anchors[-1] is not None and anchors[-1].shape[0] is None
+            ):
+                return _over_batch_of(anchors[-1], tile(x, (1, *repeats[1:])))
+            return tile(x, repeats)
+
+        self.tile = tile
+        keras.ops.tile = tile_open
+        # `EinsumDense(output_shape=(None, heads, size))` keeps its None as the output's size even
+        # where the input's size is known (KerasHub's attention projections): the traced layers
+        # after it (a rotary embedding's `arange(seq_len)`) need the size, which the equation
+        # carries over from the input.
+        einsum_dense = keras.layers.EinsumDense
+        self.einsum_shape = einsum_dense.__dict__["compute_output_shape"]
+        own_shape = self.einsum_shape
+
+        def einsum_shape_known(layer, input_shape):
+            shape = list(own_shape(layer, input_shape))
+            inputs, output = layer.equation.split(",")[0], layer.equation.split("->")[-1]
+            if "." not in layer.equation and len(inputs) == len(input_shape) and len(output) == len(shape):
+                for i, letter in enumerate(output):
+                    if shape[i] is None and letter in inputs:
+                        shape[i] = input_shape[inputs.index(letter)]
+            return tuple(shape)
+
+        einsum_dense.compute_output_shape = einsum_shape_known
         attention = keras.layers.MultiHeadAttention
         self.attention_call = attention.__dict__.get("__call__")
         attention.__call__ = _attention_with_explicit_masks(attention.__call__)
@@ -131,6 +180,8 @@ class _Tracer:
 
         keras.ops.reshape = self.reshape
         keras.ops.broadcast_to = self.broadcast_to
+        keras.ops.tile = self.tile
+        keras.layers.EinsumDense.compute_output_shape = self.einsum_shape
         attention = keras.layers.MultiHeadAttention
         if self.attention_call is None:
             del attention.__call__
@@ -176,6 +227,19 @@ class _Tracer:
             return keras_call(layer, *args, **kwargs)
 
         return call
+
+
+def _over_batch_of(like, row):
+    """`row` (`[1, ...]`) repeated over the batch of `like` (`[B, ...]`, B open while tracing):
+    `row` plus zeros `[B, 1, ...]` read from `like` (or `row | False` for a boolean), so that the
+    recorded graph runs at any batch."""
+    import keras
+
+    first = like[(slice(None),) + (0,) * (len(like.shape) - 1)]  # [B]
+    zeros = keras.ops.reshape(keras.ops.zeros_like(first), (-1,) + (1,) * (len(row.shape) - 1))  # [B, 1, ...]
+    if "bool" in str(row.dtype):
+        return keras.ops.logical_or(row, keras.ops.cast(zeros, "bool"))
+    return keras.ops.add(row, keras.ops.cast(zeros, row.dtype))
 
 
 def _attach_mask(layer, args, kwargs, outputs):
@@ -326,6 +390,71 @@ def _reserve_names(model):
         uids[name] = max(uids[name], 1)
 
 
+def _qualified_names(model):
+    """`{id(layer): name}` for every layer below `model`: its name prefixed by those of the layers
+    holding it (`transformer_layer_0_self_attention_layer`), the first holder where it has two."""
+    names = {}
+    stack = [(model, None)]
+    while stack:
+        holder, prefix = stack.pop()
+        for layer in holder._flatten_layers(include_self=False, recursive=False):
+            if id(layer) not in names:
+                names[id(layer)] = layer.name if prefix is None else f"{prefix}_{layer.name}"
+                stack.append((layer, names[id(layer)]))
+    return names
+
+
+def _operations_of(outputs):
+    """The operations (layers and operation nodes) the graph ending at `outputs` calls, once
+    each, in the order a walk back from the outputs first meets them."""
+    operations, seen, stack = [], set(), list(outputs)
+    while stack:
+        history = getattr(stack.pop(), "_keras_history", None)
+        if history is None:
+            continue
+        operation = history.operation
+        node = operation._inbound_nodes[history.node_index]
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if not any(o is operation for o in operations):
+            operations.append(operation)
+        stack.extend(node.input_tensors)
+    return operations
+
+
+def _make_names_unique(model, outputs):
+    """Keras wants every operation of a model named once; tracing a custom layer that is repeated
+    (two `TransformerEncoder`s) brings each one's sublayers into one graph under their own names
+    (two `self_attention_layer`s). Each such sublayer takes its holder's name as a prefix
+    (`transformer_layer_0_self_attention_layer`), a number after it where that is taken too. The
+    layer objects are renamed (they are shared with `model`); their variables, and so the saved
+    weights, are found by class and position, not by name, and stay as they were."""
+    operations = _operations_of(outputs)
+    by_name = collections.defaultdict(list)
+    for operation in operations:
+        by_name[operation.name].append(operation)
+    qualified = _qualified_names(model)
+    taken = {operation.name for operation in operations}
+
+    def rename(operation, wanted):
+        new, number = wanted, 1
+        while new in taken:
+            new, number = f"{wanted}_{number}", number + 1
+        taken.add(new)
+        operation.name = new
+
+    for name, clashing in by_name.items():
+        if len(clashing) < 2:
+            continue
+        # Sublayers take their holders' names; one that is not a sublayer keeps its own.
+        for operation in clashing:
+            if qualified.get(id(operation), name) != name:
+                rename(operation, qualified[id(operation)])
+        for operation in [o for o in clashing if o.name == name][1:]:
+            rename(operation, name)
+
+
 def _inputs_of(model, shapes, batch_size):
     """Fresh `keras.Input`s for `model`: its inputs' names, dtypes and shapes, with `shapes` and
     `batch_size` filling sizes the model leaves open."""
@@ -414,11 +543,16 @@ def flatten(model, shapes=None, batch_size=None):
     finally:
         tracer.restore()
     flat_outputs = keras.tree.flatten(outputs)
-    # Keep the output names: the original outputs' layers, called again, or an Identity named so.
+    _make_names_unique(model, flat_outputs)
+    # Keep the output names: the original outputs' layers, called again, or an Identity named so;
+    # a dict of outputs (KerasHub's `{"sequence_output": ..., "pooled_output": ...}`) by its keys.
     # A subclassed model names no outputs: `output`, or `output_<i>` for several.
-    names = getattr(model, "output_names", None) or (
-        ["output"] if len(flat_outputs) == 1 else [f"output_{i}" for i in range(len(flat_outputs))]
-    )
+    if isinstance(outputs, dict):
+        names = keras.tree.flatten({key: key for key in outputs})  # the keys in the outputs' order
+    else:
+        names = getattr(model, "output_names", None) or (
+            ["output"] if len(flat_outputs) == 1 else [f"output_{i}" for i in range(len(flat_outputs))]
+        )
     named = []
     for tensor, name in zip(flat_outputs, names):
         produced_by = tensor._keras_history.operation.name if hasattr(tensor, "_keras_history") else None
@@ -426,14 +560,27 @@ def flatten(model, shapes=None, batch_size=None):
             tensor = layers.Identity(name=name)(tensor)
         named.append(tensor)
     structure = keras.tree.pack_sequence_as(outputs, named)
-    flat = keras.Model(inputs=inputs if len(inputs) > 1 else inputs[0], outputs=structure, name=model.name)
+    flat = keras.Model(inputs=call_structure(model, inputs), outputs=structure, name=model.name)
     return flat, report
+
+
+def call_structure(model, values):
+    """`values` (one per input, in `model.inputs`' order) as `model` takes them: a dict where it
+    was built on a dict of inputs (KerasHub's `{"token_ids": ..., "padding_mask": ...}`), else a
+    list, or the one value alone."""
+    import keras
+
+    structure = getattr(model, "_inputs_struct", None)
+    if isinstance(structure, dict):
+        return keras.tree.pack_sequence_as(structure, list(values))
+    return list(values) if len(values) > 1 else values[0]
 
 
 def random_inputs(model, seed=0, batch=2):
     """Inputs for `model`: token ids below the smallest vocabulary of an `Embedding` reading an
     input directly (or 0..9 for other integer inputs), the later rows' second halves padding
-    (id 0) so that masks matter; normal values otherwise; open sizes are 8."""
+    (id 0) so that masks matter; an integer or boolean input named as a mask (KerasHub's
+    `padding_mask`) ones, zero where the ids pad; normal values otherwise; open sizes are 8."""
     import keras
 
     rng = np.random.default_rng(seed)
@@ -448,7 +595,13 @@ def random_inputs(model, seed=0, batch=2):
     for tensor in model.inputs:
         shape = [batch] + [d if d is not None else 8 for d in tensor.shape[1:]]
         name = tensor._keras_history.operation.name
-        if name in vocab or "int" in str(tensor.dtype):
+        whole = "int" in str(tensor.dtype) or "bool" in str(tensor.dtype)
+        if whole and "mask" in name.lower():
+            mask = np.ones(shape, dtype=bool)
+            if len(shape) == 2:  # the positions the token ids pad
+                mask[1:, shape[1] // 2:] = False
+            values.append(mask.astype(tensor.dtype))
+        elif name in vocab or "int" in str(tensor.dtype):
             ids = rng.integers(1, vocab.get(name, 10), size=shape)
             if len(shape) == 2:  # padding (id 0) at the end of the second row, so that masks matter
                 ids[1:, shape[1] // 2:] = 0
@@ -462,9 +615,8 @@ def largest_difference(a, b, inputs):
     """max |a(inputs) - b(inputs)| over every output, in inference."""
     import keras
 
-    call = inputs if len(inputs) > 1 else inputs[0]
-    ours = [keras.ops.convert_to_numpy(x) for x in keras.tree.flatten(a(call, training=False))]
-    theirs = [keras.ops.convert_to_numpy(y) for y in keras.tree.flatten(b(call, training=False))]
+    ours = [keras.ops.convert_to_numpy(x) for x in keras.tree.flatten(a(call_structure(a, inputs), training=False))]
+    theirs = [keras.ops.convert_to_numpy(y) for y in keras.tree.flatten(b(call_structure(b, inputs), training=False))]
     return max(float(np.max(np.abs(x - y))) if np.size(x) else 0.0 for x, y in zip(ours, theirs))
 
 
@@ -498,7 +650,7 @@ def flatten_file(path, out, imports=(), shapes=None, batch_size=None, seed=0):
     Returns the report."""
     import keras
 
-    modules = [import_module(p) for p in imports]
+    modules = _import_all(imports)
     model = keras.saving.load_model(path, custom_objects=custom_objects(modules), compile=False)
     flat, report = flatten(model, shapes=shapes, batch_size=batch_size)
     report.difference = largest_difference(flat, model, random_inputs(flat, seed=seed))
@@ -519,6 +671,37 @@ def flatten_file(path, out, imports=(), shapes=None, batch_size=None, seed=0):
         if os.path.exists(temporary):
             os.remove(temporary)
     return report
+
+
+def missing_requirement():
+    """What this interpreter lacks to flatten a model, in a few words, or None: numpy, Keras 3,
+    or the backend Keras imports (`KERAS_BACKEND`, TensorFlow by default)."""
+    if np is None:
+        return "numpy is not installed"
+    try:
+        import keras
+    except ModuleNotFoundError as error:
+        if error.name == "keras":
+            return "Keras 3 is not installed"
+        return f"Keras cannot import its backend's module {error.name!r} (KERAS_BACKEND={os.environ.get('KERAS_BACKEND', 'tensorflow')})"
+    except ImportError as error:
+        return f"Keras cannot be imported ({str(error).splitlines()[0] if str(error) else type(error).__name__})"
+    version = getattr(keras, "__version__", "0")
+    if not version.startswith("3."):
+        return f"Keras {version} is installed; Keras 3 is needed"
+    return None
+
+
+def _import_all(paths):
+    """`import_module` of each file, a module the file itself imports and cannot find named
+    with the file."""
+    modules = []
+    for path in paths:
+        try:
+            modules.append(import_module(path))
+        except ModuleNotFoundError as error:
+            raise ValueError(f"{path} imports {error.name!r}, which this interpreter cannot find") from None
+    return modules
 
 
 def shape_argument(text):
@@ -548,6 +731,15 @@ def main(argv=None):
                         help="a static batch size, for custom layers that build tensors of the batch's size")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs of the check")
     args = parser.parse_args(argv)
+    missing = missing_requirement()
+    if missing is not None:
+        print(
+            f"error: {sys.executable}: {missing}; install it for that interpreter, or flatten with one that "
+            "has it (`cargo xtask flatten --python PATH`, or that interpreter's `-m keras2torch.flatten`); "
+            "nothing written",
+            file=sys.stderr,
+        )
+        return 1
     try:
         report = flatten_file(args.model, args.out, args.imports, dict(args.shape), args.batch_size, args.seed)
     except Exception as error:  # noqa: BLE001 - one line for the user, not a traceback

@@ -22,6 +22,7 @@ import keras2torch
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODELS = os.path.join(ROOT, "datasets", "keras-models")
 EXAMPLES = os.path.join(ROOT, "datasets", "keras-io")
+HUB = os.path.join(ROOT, "datasets", "keras-hub")
 TOLERANCE = 1e-5
 
 
@@ -75,12 +76,12 @@ def load_example(stem):
     return keras.saving.load_model(os.path.join(EXAMPLES, f"{stem}.keras"), compile=False)
 
 
-def flatten_options(stem):
-    """The example's flattening options (its probe's metadata, as `cargo xtask flatten` takes
+def flatten_options(stem, folder=EXAMPLES):
+    """The model's flattening options (its probe's metadata, as `cargo xtask flatten` takes
     them: `--batch-size N`, `--shape NAME=D1,D2`) as `convert`'s arguments."""
     from safetensors import safe_open
 
-    with safe_open(os.path.join(EXAMPLES, f"{stem}.probe.safetensors"), "np") as probe:
+    with safe_open(os.path.join(folder, f"{stem}.probe.safetensors"), "np") as probe:
         words = json.loads((probe.metadata() or {}).get("flatten", "[]"))
     options = {}
     for flag, value in zip(words[::2], words[1::2]):
@@ -98,6 +99,18 @@ def test_a_model_object_with_custom_layers_converts_and_is_checked_against_keras
     module = keras2torch.convert(model, **flatten_options(stem))
     assert "max |torch - Keras| / max(1, |Keras|) =" in capsys.readouterr().out
     assert module.keras2torch_difference <= TOLERANCE
+
+
+@pytest.mark.parametrize("stem", probed(HUB))
+def test_a_keras_hub_model_converts_to_a_module_matching_keras(stem, capsys):
+    import keras
+    import keras_hub  # noqa: F401  registers KerasHub's classes
+
+    model = keras.saving.load_model(os.path.join(HUB, f"{stem}.keras"), compile=False)
+    module = keras2torch.convert(model, **flatten_options(stem, HUB))
+    assert "max |torch - Keras| / max(1, |Keras|) =" in capsys.readouterr().out
+    assert module.keras2torch_difference <= TOLERANCE
+    assert keras_outputs_of(module, os.path.join(HUB, f"{stem}.probe.safetensors")) <= TOLERANCE
 
 
 def test_the_written_module_keeps_freed_memory_where_the_c_library_is_glibc(tmp_path):

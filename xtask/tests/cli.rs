@@ -591,6 +591,37 @@ fn convert_refuses_a_whole_model_with_a_lambda_and_writes_nothing() {
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "files were written");
 }
 
+/// `flatten` with an interpreter that lacks numpy and Keras (a bare virtual environment): one line
+/// that names the interpreter, what it lacks and `--python`; no traceback, exit status 1, nothing
+/// written.
+#[test]
+fn flatten_names_what_its_interpreter_lacks_in_one_line() {
+    let dir = scratch("flatten-bare-python");
+    let venv = dir.join("bare");
+    let made = Command::new("python3").args(["-m", "venv", "--without-pip"]).arg(&venv).status();
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("note: python3 cannot make a virtual environment here; the bare-interpreter case is skipped");
+        return;
+    }
+    let python = venv.join("bin").join("python");
+    let out = dir.join("flat.keras");
+    let output = xtask(&[
+        "flatten",
+        &format!("{KERAS_MODELS}/small.keras"),
+        "--out",
+        out.to_str().unwrap(),
+        "--python",
+        python.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains("Traceback"), "{stderr}");
+    let line = stderr.lines().find(|l| l.starts_with("error:")).unwrap_or_else(|| panic!("no error line: {stderr}"));
+    assert!(line.contains("numpy is not installed") && line.contains("--python PATH"), "{line}");
+    assert!(line.contains(python.to_str().unwrap()), "the interpreter is not named: {line}");
+    assert!(!out.exists());
+}
+
 /// A training run gives the same weights, byte for byte, in every process on this machine: run
 /// again with each of the kernels' timed choices pushed to another candidate by its variable
 /// (which a reproducible run follows rules instead of), and stopped after a checkpoint in one

@@ -5,13 +5,13 @@
 //! `convert`. Needs `python3` with Keras 3 (CI installs it and sets REQUIRE_KERAS=1; elsewhere a
 //! machine without it skips these cases, saying so).
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use keras::{DynTensor, KerasModel};
-use model::{Backend, TensorFile, WgpuKind};
-
-const TOLERANCE: f32 = 1e-5;
+use model::TensorFile;
+use support::{differences_on_every_backend, probed};
 
 fn examples_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../datasets/keras-io")
@@ -19,32 +19,16 @@ fn examples_dir() -> PathBuf {
 
 /// The examples with a probe, by stem.
 fn examples() -> Vec<String> {
-    let mut stems: Vec<String> = std::fs::read_dir(examples_dir())
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".probe.safetensors").map(str::to_string))
-        .collect();
-    stems.sort();
-    stems
+    probed(&examples_dir())
 }
 
 /// Whether `python3` imports Keras; a missing Keras fails the test where REQUIRE_KERAS=1.
 fn keras_available() -> bool {
-    let found = Command::new("python3").args(["-c", "import keras"]).output().is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var("REQUIRE_KERAS").as_deref() != Ok("1"),
-            "REQUIRE_KERAS=1 but python3 cannot import keras"
-        );
-        eprintln!("note: python3 cannot import keras here; the keras.io flattening cases are skipped");
-    }
-    found
+    support::python_has("keras", "REQUIRE_KERAS", "keras.io flattening cases")
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kmha-keras-io-{}-{name}", std::process::id()));
-    std::fs::remove_dir_all(&dir).ok();
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    support::scratch("keras-io", name)
 }
 
 /// `cargo xtask flatten` on one example, with the options its probe names; the flattened path.
@@ -52,22 +36,8 @@ fn scratch(name: &str) -> PathBuf {
 /// as kept with that reason; every other must keep none.
 fn flatten(stem: &str, probe: &TensorFile, out: &Path) -> PathBuf {
     let dir = examples_dir();
-    let options: Vec<String> =
-        probe.metadata.get("flatten").map(|o| serde_json::from_str(o).expect("a JSON list")).unwrap_or_default();
     let flat = out.join(format!("{stem}.flat.keras"));
-    let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
-        .arg("flatten")
-        .arg(dir.join(format!("{stem}.keras")))
-        .arg("--import")
-        .arg(dir.join(format!("{stem}.py")))
-        .arg("--out")
-        .arg(&flat)
-        .args(&options)
-        .output()
-        .expect("xtask runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{stem}: flatten failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    assert!(stdout.contains("max |flattened - original| ="), "{stem}: no check printed:\n{stdout}");
+    let stdout = support::flatten(&dir, stem, &dir.join(format!("{stem}.py")), probe, &flat);
     match probe.metadata.get("kept") {
         Some(kept) => {
             let (class, reason) = kept.split_once(": ").expect("kept: `Class: reason`");
@@ -110,32 +80,7 @@ fn keras_io_custom_layer_examples_flatten_and_match_keras_on_every_backend() {
             assert_refused(stem, &flat, kept.split(':').next().unwrap_or_default(), &out);
             continue;
         }
-        for backend in Backend::for_checks().unwrap() {
-            let device = backend.device(WgpuKind::default()).unwrap();
-            let model = KerasModel::from_file(&flat, &device).unwrap_or_else(|e| panic!("{stem}: {e}"));
-            let inputs: Vec<DynTensor> = model
-                .inputs()
-                .iter()
-                .map(|i| {
-                    DynTensor::from_host(probe.tensors.get(&format!("inputs.{}", i.name)).unwrap(), &device).unwrap()
-                })
-                .collect();
-            let outputs = model.forward(inputs, false).unwrap_or_else(|e| panic!("{stem} on {}: {e}", backend.name()));
-            for (name, output) in model.output_names().iter().zip(outputs) {
-                let want =
-                    probe.tensors.get(&format!("expected.{name}")).unwrap_or_else(|_| panic!("{stem}: no {name}"));
-                let got = output.tensor.to_host();
-                let diff = if got.shape == want.shape {
-                    got.data.iter().zip(&want.data).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max)
-                } else {
-                    f32::INFINITY
-                };
-                eprintln!("{stem} on {}: {name} max |diff| {diff:.2e}", backend.name());
-                if diff.is_nan() || diff > TOLERANCE {
-                    failures.push(format!("{stem} on {}: {name} differs by {diff}", backend.name()));
-                }
-            }
-        }
+        failures.extend(differences_on_every_backend(stem, &flat, &probe));
     }
     std::fs::remove_dir_all(&out).ok();
     assert!(failures.is_empty(), "{failures:#?}");

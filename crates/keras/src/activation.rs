@@ -41,6 +41,8 @@ impl Activation {
             "relu" => Self::Relu,
             // keras.activations.gelu defaults to approximate=False.
             "gelu" => Self::Gelu { approximate: false },
+            // KerasHub's registered `gelu(x, approximate=True)` (BERT, GPT-2, ALBERT, ...).
+            "keras_hub>gelu_approximate" => Self::Gelu { approximate: true },
             "silu" | "swish" => Self::Silu,
             "tanh" => Self::Tanh,
             "sigmoid" => Self::Sigmoid,

@@ -91,7 +91,9 @@ impl LayerSpec {
         let within = |package: &str| {
             self.module == package || self.module.strip_prefix(package).is_some_and(|rest| rest.starts_with('.'))
         };
-        within("keras") || within("keras2torch")
+        // `keras.applications` defines classes of its own networks (ConvNeXt's `LayerScale`):
+        // custom layers to this converter, which the flattener traces.
+        (within("keras") && !within("keras.src.applications")) || within("keras2torch")
     }
 }
 
@@ -132,6 +134,9 @@ impl Node {
         }
     }
 }
+
+/// Built-in layer classes whose `call(inputs, mask=None, ...)` takes `mask` second.
+const MASK_SECOND: [&str; 4] = ["Softmax", "GlobalAveragePooling1D", "Attention", "AdditiveAttention"];
 
 /// A model input.
 #[derive(Debug, Clone)]
@@ -546,9 +551,21 @@ impl<'a> Builder<'a> {
         layer: usize,
         name: &str,
         call: usize,
-        args: Vec<Arg>,
-        kwargs: Vec<(String, Arg)>,
+        mut args: Vec<Arg>,
+        mut kwargs: Vec<(String, Arg)>,
     ) -> usize {
+        // `softmax(scores, mask)` (KerasHub's attention calls its `Softmax` so): the mask given by
+        // position is the call's explicit `mask=`, as Keras' `Layer.__call__` binds it.
+        let spec = &self.layers[layer];
+        if spec.is_known_class()
+            && !spec.is_operation()
+            && MASK_SECOND.contains(&spec.class_name.as_str())
+            && args.len() == 2
+            && !kwargs.iter().any(|(k, _)| k == "mask")
+        {
+            let mask = args.pop().expect("two arguments");
+            kwargs.push(("mask".to_string(), mask));
+        }
         let label = if call == 0 { name.to_string() } else { format!("{name}@{call}") };
         self.nodes.push(Node { layer, label, args, kwargs });
         self.nodes.len() - 1

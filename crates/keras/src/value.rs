@@ -528,6 +528,10 @@ pub enum Unary {
     Abs,
     Square,
     Sqrt,
+    /// `1 / sqrt(x)`
+    Rsqrt,
+    /// `1 / x`
+    Reciprocal,
     Exp,
     Log,
     Tanh,
@@ -558,6 +562,8 @@ impl Unary {
             Unary::Abs => t.abs(),
             Unary::Square => t.clone() * t,
             Unary::Sqrt => t.sqrt(),
+            Unary::Rsqrt => t.sqrt().recip(),
+            Unary::Reciprocal => t.recip(),
             Unary::Exp => t.exp(),
             Unary::Log => t.log(),
             Unary::Tanh => t.tanh(),

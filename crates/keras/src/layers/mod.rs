@@ -33,6 +33,7 @@ registry! {
     gaussian_noise::GaussianNoise => "GaussianNoise";
     gaussian_dropout::GaussianDropout => "GaussianDropout";
     embedding::Embedding => "Embedding";
+    reversible_embedding::ReversibleEmbedding => "ReversibleEmbedding";
     masking::Masking => "Masking";
     lstm::Lstm => "LSTM";
     gru::Gru => "GRU";

@@ -52,14 +52,20 @@ impl KerasLayer for MultiHeadAttention {
             let bool2 = |m: Option<DynTensor>| -> Result<Option<Tensor<2, Bool>>> {
                 m.map(|m| Ok(m.rank_n::<2>("a [B, T] mask")?.not_equal_elem(0.0))).transpose()
             };
+            let (batch, query_len, source_len) = (query.shape()[0], query.shape()[1], value.shape()[1]);
             let input = KerasMhaInput::new(query.tensor.rank_n::<3>("query")?, value.tensor.rank_n::<3>("value")?);
             let mut input = KerasMhaInput { self_attention: one_input, ..input }
                 .use_causal_mask(causal)
                 .training(call.training())
                 .return_attention_scores(scores_wanted);
             input.key = key.map(|k| k.tensor.rank_n::<3>("key")).transpose()?;
+            // Keras broadcasts the mask against the scores: `[B, 1, S]` (a padding mask, as
+            // KerasHub's DistilBERT and RoBERTa pass it) or `[T, S]` serve every row or batch.
             input.attention_mask = attention_mask
-                .map(|m| Ok::<_, model::ModelError>(m.rank_n::<3>("attention_mask [B, T, S]")?.not_equal_elem(0.0)))
+                .map(|m| {
+                    let m = m.lift_to(3)?.broadcast_to(&[batch, query_len, source_len])?;
+                    Ok::<_, model::ModelError>(m.rank_n::<3>("attention_mask [B, T, S]")?.not_equal_elem(0.0))
+                })
                 .transpose()?;
             input.query_mask = bool2(query.mask.clone())?;
             input.value_mask = bool2(value.mask.clone())?;
@@ -184,7 +190,9 @@ impl KerasLayer for MultiHeadAttention {
         keyword("attention_mask", attention_mask.map_or("None".into(), |a| call.render(a)));
         keyword("use_causal_mask", py_bool(causal).into());
         keyword("return_attention_scores", py_bool(scores).into());
-        if axes != [1] {
+        // Left out only where it is Keras' default for this rank: every axis between the batch
+        // and the features (`[1]` at rank 3 alone).
+        if axes != (1..rank - 1).collect::<Vec<_>>() {
             keyword("attention_axes", format!("{axes:?}"));
         }
         let invocation = format!("self.{}({})", call.attr, arguments.join(", "));

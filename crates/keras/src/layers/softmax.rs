@@ -1,4 +1,5 @@
-//! `keras.layers.Softmax(axis)` with the mask Keras passes it: masked positions get -1e9 first.
+//! `keras.layers.Softmax(axis)` with the mask Keras passes it: masked positions get -1e9 first,
+//! and 0 after (a fully masked row attends to nothing).
 //! Over several axes: `exp(x - logsumexp(x, axes))`. It supports masking. torch: `F.softmax` over
 //! one axis without a mask, else the prelude's `keras_softmax`.
 
@@ -23,15 +24,20 @@ impl KerasLayer for Softmax {
     fn call(&self, call: &Call) -> Result<Vec<Value>> {
         let mut x = call.tensor(0, "inputs")?.tensor;
         let rank = x.rank();
-        if let Some(mask) = &call.previous_mask {
-            if mask.rank() > rank {
+        let device = x.device();
+        let mask = match &call.previous_mask {
+            Some(mask) if mask.rank() > rank => {
                 return Err(call.error(format!(
                     "a mask of shape {:?} for inputs of shape {:?}",
                     mask.shape(),
                     x.shape()
                 )));
             }
-            let device = x.device();
+            // Keras keeps the positions where the mask is True or above 0.5.
+            Some(mask) => Some(DynTensor::binary(Binary::Greater, mask.clone(), DynTensor::scalar(0.5, &device))?),
+            None => None,
+        };
+        if let Some(mask) = &mask {
             x = DynTensor::select(mask.clone(), x, DynTensor::scalar(-1e9, &device))?;
         }
         let resolved: Vec<usize> = call.axes(&self.axes, rank)?;
@@ -44,6 +50,11 @@ impl KerasLayer for Softmax {
                 let log_sum = shifted.clone().map(Unary::Exp).reduce(Reduce::Sum, many, true)?.map(Unary::Log);
                 DynTensor::binary(Binary::Subtract, shifted, log_sum)?.map(Unary::Exp)
             }
+        };
+        // Keras 3.15 zeroes the masked positions after it, so a fully masked row gets none.
+        let y = match mask {
+            Some(mask) => DynTensor::select(mask, y, DynTensor::scalar(0.0, &device))?,
+            None => y,
         };
         Ok(vec![keep_mask(Value::float(y), call)])
     }

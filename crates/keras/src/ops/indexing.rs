@@ -1,5 +1,5 @@
 //! The operations that select, split and repeat values: `x[...]` (`GetItem`), `slice`, `take`,
-//! `stack`, `unstack`, `split`, `tile`, `broadcast_to`, with numpy's semantics. `unstack` and `split`
+//! `stack`, `unstack`, `split`, `tile`, `repeat`, `broadcast_to`, with numpy's semantics. `unstack` and `split`
 //! have several outputs.
 
 use serde_json::Value as Json;
@@ -37,6 +37,13 @@ pub enum Indexing {
     /// numpy's `tile`: `repeats` aligned with the last axes.
     Tile {
         repeats: Vec<usize>,
+    },
+    /// numpy's `repeat`: each entry along `axis` `repeats` times in place (`[a, b]` to
+    /// `[a, a, b, b]`; grouped-query attention's shared key heads); the flattened input where
+    /// `axis` is `None`.
+    Repeat {
+        repeats: usize,
+        axis: Option<i64>,
     },
     BroadcastTo {
         shape: Vec<usize>,
@@ -91,6 +98,17 @@ impl Indexing {
                 Self::Split { sections, axis: axis(args, 0)? }
             }
             "Tile" => Self::Tile { repeats: sizes(args, "repeats")? },
+            "Repeat" => {
+                let repeats = match args.take("repeats") {
+                    Json::Number(n) => n.as_u64().ok_or_else(|| args.error("repeats: a count"))? as usize,
+                    other => {
+                        return Err(
+                            args.error(format!("repeats = {other}: one count (a count per entry is not supported)"))
+                        );
+                    }
+                };
+                Self::Repeat { repeats, axis: args.take_ints("axis")?.and_then(|a| a.first().copied()) }
+            }
             "BroadcastTo" => Self::BroadcastTo { shape: sizes(args, "shape")? },
             _ => return Ok(None),
         }))
@@ -190,6 +208,14 @@ impl Indexing {
                 }
                 vec![same(&x, y)]
             }
+            Self::Repeat { repeats, axis } => {
+                let x = tensor()?;
+                let (flat, axis) = match axis {
+                    Some(a) => (x.tensor.clone(), call.axis(*a, x.tensor.rank())?),
+                    None => (x.tensor.clone().reshape(&[x.tensor.shape().iter().product()])?, 0),
+                };
+                vec![same(&x, flat.repeat_axis(axis, *repeats)?)]
+            }
             Self::BroadcastTo { shape } => {
                 let x = tensor()?;
                 let mut y = x.tensor.clone();
@@ -259,6 +285,10 @@ impl Indexing {
                 format!("torch.tensor_split({x}, {at:?}, dim={axis})")
             }
             Self::Tile { repeats } => format!("torch.tile({x}, {})", tuple(repeats)),
+            Self::Repeat { repeats, axis: Some(axis) } => {
+                format!("torch.repeat_interleave({x}, {repeats}, dim={axis})")
+            }
+            Self::Repeat { repeats, axis: None } => format!("torch.repeat_interleave({x}.flatten(), {repeats})"),
             Self::BroadcastTo { shape } => format!("torch.broadcast_to({x}, {})", tuple(shape)),
         })
     }

@@ -8,8 +8,10 @@ use serde_json::Value as Json;
 
 use crate::config::LayerArgs;
 use crate::graph::Arg;
+mod einsum;
 mod indexing;
 
+use einsum::Einsum;
 use indexing::Indexing;
 
 use crate::layers::convolution::two_sizes;
@@ -107,7 +109,7 @@ fn cast(x: DynTensor, from: DType, to: DType) -> DynTensor {
 }
 
 /// Every operation class this converter runs, for the error on any other.
-const SUPPORTED: &str = "Add, Subtract, Multiply, Divide, TrueDivide, Power, Maximum, Minimum, Equal, NotEqual, Greater, GreaterEqual, Less, LessEqual, LogicalAnd, LogicalOr, LogicalXor, LogicalNot, Negative, Absolute, Abs, Square, Sqrt, Exp, Log, Tanh, Sigmoid, Relu, Gelu, Silu, Softmax, LogSoftmax, Sign, Floor, Round, Cast, ConvertToTensor, ZerosLike, OnesLike, FullLike, Where, Clip, Matmul, Concatenate, Reshape, Transpose, ExpandDims, Squeeze, ExtractPatches, GetItem, Slice, Take, Stack, Unstack, Split, Tile, BroadcastTo, Mean, Sum, Max, Min, Prod, Any, All";
+const SUPPORTED: &str = "Add, Subtract, Multiply, Divide, TrueDivide, Power, Maximum, Minimum, Equal, NotEqual, Greater, GreaterEqual, Less, LessEqual, LogicalAnd, LogicalOr, LogicalXor, LogicalNot, Negative, Absolute, Abs, Square, Sqrt, Rsqrt, Reciprocal, Exp, Log, Tanh, Sigmoid, Relu, Gelu, Silu, Softmax, LogSoftmax, Sign, Floor, Round, Cast, ConvertToTensor, ZerosLike, OnesLike, FullLike, Where, Clip, Matmul, Einsum, Concatenate, Reshape, Transpose, Moveaxis, ExpandDims, Squeeze, ExtractPatches, GetItem, Slice, Take, Stack, Unstack, Split, Tile, Repeat, BroadcastTo, Mean, Sum, Max, Min, Prod, Any, All";
 
 #[derive(Debug, Clone)]
 pub enum Operation {
@@ -144,6 +146,13 @@ pub enum Operation {
     Transpose {
         axes: Option<Vec<i64>>,
     },
+    /// numpy's `moveaxis`: each `source` axis to its `destination`, the others in order.
+    Moveaxis {
+        source: Vec<i64>,
+        destination: Vec<i64>,
+    },
+    /// `einsum(subscripts, a, b)` of two operands ([`einsum`]).
+    Einsum(Einsum),
     ExpandDims {
         axes: Vec<i64>,
     },
@@ -206,6 +215,8 @@ impl Operation {
             "Absolute" | "Abs" => Ok(Self::Unary(Unary::Abs)),
             "Square" => Ok(Self::Unary(Unary::Square)),
             "Sqrt" => Ok(Self::Unary(Unary::Sqrt)),
+            "Rsqrt" => Ok(Self::Unary(Unary::Rsqrt)),
+            "Reciprocal" => Ok(Self::Unary(Unary::Reciprocal)),
             "Exp" => Ok(Self::Unary(Unary::Exp)),
             "Log" => Ok(Self::Unary(Unary::Log)),
             "Tanh" => Ok(Self::Unary(Unary::Tanh)),
@@ -253,6 +264,18 @@ impl Operation {
             "Concatenate" => Ok(Self::Concatenate { axis: args.take_ints("axis")?.and_then(|a| a.first().copied()).unwrap_or(0) }),
             "Reshape" => Ok(Self::Reshape { shape: args.take_ints("newshape")?.ok_or_else(|| args.error("newshape is missing"))? }),
             "Transpose" => Ok(Self::Transpose { axes: args.take_ints("axes")? }),
+            "Moveaxis" => {
+                let source = args.take_ints("source")?.ok_or_else(|| args.error("source is missing"))?;
+                let destination = args.take_ints("destination")?.ok_or_else(|| args.error("destination is missing"))?;
+                if source.len() != destination.len() {
+                    return Err(args.error(format!("source {source:?} and destination {destination:?} differ in length")));
+                }
+                Ok(Self::Moveaxis { source, destination })
+            }
+            "Einsum" => {
+                let subscripts = args.take_str("subscripts", "")?;
+                Einsum::parse(&subscripts).map(Self::Einsum).map_err(|why| args.error(format!("subscripts {subscripts:?}: {why}")))
+            }
             "ExpandDims" => Ok(Self::ExpandDims { axes: args.take_ints("axis")?.ok_or_else(|| args.error("axis is missing"))? }),
             "Squeeze" => Ok(Self::Squeeze { axes: args.take_ints("axis")? }),
             "ExtractPatches" => {
@@ -386,6 +409,18 @@ impl Operation {
                 };
                 (x.permute(&order)?, dtype)
             }
+            Self::Moveaxis { source, destination } => {
+                let (x, dtype) = operand(0)?;
+                let rank = x.rank();
+                let order = moved_axes(&call.axes(source, rank)?, &call.axes(destination, rank)?, rank)
+                    .ok_or_else(|| call.error(format!("moveaxis {source:?} -> {destination:?}: repeated axes")))?;
+                (x.permute(&order)?, dtype)
+            }
+            Self::Einsum(einsum) => {
+                let ((a, da), (b, db)) = (operand(0)?, operand(1)?);
+                let dtype = if da == DType::Float || db == DType::Float { DType::Float } else { da };
+                (einsum.run(a, b).map_err(|why| call.error(why))?, dtype)
+            }
             Self::ExpandDims { axes } => {
                 let (mut x, dtype) = operand(0)?;
                 let rank = x.rank() + axes.len();
@@ -473,6 +508,8 @@ impl Operation {
                     Unary::Abs => format!("torch.abs({a})"),
                     Unary::Square => format!("torch.square({a})"),
                     Unary::Sqrt => format!("torch.sqrt({a})"),
+                    Unary::Rsqrt => format!("torch.rsqrt({a})"),
+                    Unary::Reciprocal => format!("torch.reciprocal({a})"),
                     Unary::Exp => format!("torch.exp({a})"),
                     Unary::Log => format!("torch.log({a})"),
                     Unary::Tanh => format!("torch.tanh({a})"),
@@ -525,6 +562,12 @@ impl Operation {
                 .to_string(),
             Self::Transpose { axes: None } => format!("{0}.permute(*reversed(range({0}.dim())))", tensor(0)?),
             Self::Transpose { axes: Some(axes) } => format!("{}.permute({axes:?})", tensor(0)?),
+            Self::Moveaxis { source, destination } => {
+                format!("torch.movedim({}, {}, {})", tensor(0)?, tuple(source), tuple(destination))
+            }
+            Self::Einsum(einsum) => {
+                format!("torch.einsum({}, {}, {})", py_str(einsum.subscripts()), tensor(0)?, tensor(1)?)
+            }
             // One new axis: the prelude's expand_dims is this unsqueeze.
             Self::ExpandDims { axes } => match axes.as_slice() {
                 [axis] => format!("{}.unsqueeze({axis})", tensor(0)?),
@@ -535,6 +578,23 @@ impl Operation {
             Self::Reduce { kind, axes, keepdims } => reduction(*kind, &tensor(0)?, axes.as_deref(), *keepdims),
         })
     }
+}
+
+/// The order of axes `numpy.moveaxis` gives: `source[k]` at `destination[k]`, the other axes in
+/// their order; `None` where an axis repeats.
+fn moved_axes(source: &[usize], destination: &[usize], rank: usize) -> Option<Vec<usize>> {
+    let mut order: Vec<Option<usize>> = vec![None; rank];
+    for (&from, &to) in source.iter().zip(destination) {
+        if order[to].replace(from).is_some() {
+            return None;
+        }
+    }
+    let mut rest = (0..rank).filter(|a| !source.contains(a));
+    let order: Vec<usize> = order.into_iter().map(|slot| slot.or_else(|| rest.next())).collect::<Option<_>>()?;
+    let mut seen = order.clone();
+    seen.sort_unstable();
+    seen.dedup();
+    (seen.len() == rank).then_some(order)
 }
 
 /// The patches of `x: [B, H, W, C]` (or `[B, C, H, W]`): for each window position, the window's
@@ -583,6 +643,17 @@ fn extract_patches(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn moveaxis_orders_axes_as_numpy_does() {
+        // numpy.moveaxis(x, [3, 1], [-1, 1]) on rank 4 (KerasHub's rotary embedding): unchanged.
+        assert_eq!(moved_axes(&[3, 1], &[3, 1], 4), Some(vec![0, 1, 2, 3]));
+        // numpy.moveaxis(np.zeros((2, 3, 4, 5)), 0, -1).shape == (3, 4, 5, 2)
+        assert_eq!(moved_axes(&[0], &[3], 4), Some(vec![1, 2, 3, 0]));
+        // numpy.moveaxis(np.zeros((2, 3, 4, 5)), [0, 1], [-1, -2]).shape == (4, 5, 3, 2)
+        assert_eq!(moved_axes(&[0, 1], &[3, 2], 4), Some(vec![2, 3, 1, 0]));
+        assert_eq!(moved_axes(&[0, 1], &[2, 2], 4), None);
+    }
 
     #[test]
     fn reductions_are_torch_s_own_where_one_call_computes_them() {

@@ -101,13 +101,17 @@ def keras_elu(x, alpha=1.0):
 
 
 def keras_softmax(x, axis=(-1,), mask=None):
-    """keras.layers.Softmax over the axes `axis` (a list): masked positions (mask False) get -1e9
-    first (`forward` writes F.softmax for one axis without a mask)."""
+    """keras.layers.Softmax over the axes `axis` (a list): masked positions (mask False, or not
+    above 0.5) get -1e9 first and 0 after, so a fully masked row attends to nothing (`forward`
+    writes F.softmax for one axis without a mask)."""
     if mask is not None:
-        x = torch.where(mask.bool(), x, torch.full_like(x, -1e9))
+        mask = mask > 0.5 if mask.dtype != torch.bool else mask
+        x = torch.where(mask, x, torch.full_like(x, -1e9))
     if len(axis) == 1:
-        return torch.softmax(x, dim=axis[0])
-    return torch.exp(x - torch.logsumexp(x, dim=axis, keepdim=True))
+        y = torch.softmax(x, dim=axis[0])
+    else:
+        y = torch.exp(x - torch.logsumexp(x, dim=axis, keepdim=True))
+    return y if mask is None else torch.where(mask, y, torch.zeros_like(y))
 
 
 def merge_masks(masks):
@@ -445,6 +449,25 @@ class SeparableConv2D(torch.nn.Module):
         return ACTIVATIONS[self.activation](y)
 
 
+class ReversibleEmbedding(torch.nn.Embedding):
+    """keras.layers.ReversibleEmbedding: an embedding whose reverse=True call gives logits over
+    the vocabulary, x @ weight.T (tied) or x @ reverse_weight, as tanh(logits / cap) * cap where
+    logit_soft_cap is given."""
+
+    def __init__(self, num_embeddings, embedding_dim, tie_weights=True, logit_soft_cap=None):
+        super().__init__(num_embeddings, embedding_dim)
+        self.logit_soft_cap = logit_soft_cap
+        self.reverse_weight = None if tie_weights else torch.nn.Parameter(torch.zeros(embedding_dim, num_embeddings))
+
+    def forward(self, x, reverse=False):
+        if not reverse:
+            return super().forward(x.long())
+        logits = x @ (self.weight.T if self.reverse_weight is None else self.reverse_weight)
+        if self.logit_soft_cap is not None:
+            logits = torch.tanh(logits / self.logit_soft_cap) * self.logit_soft_cap
+        return logits
+
+
 class EinsumDense(torch.nn.Module):
     """keras.layers.EinsumDense: einsum(equation, x, kernel) + bias (none where bias_shape is
     None), then the activation by name."""
@@ -608,6 +631,8 @@ class MultiHeadAttention(torch.nn.Module):
             masked = any(m is not None for m in (query_mask, value_mask, key_mask, attention_mask))
             if masked or use_causal_mask or return_attention_scores:
                 raise NotImplementedError("masks and returned scores of an N-D call are not written for torch yet")
+            if attention_axes is None:  # Keras' default: every axis between the batch and the features
+                attention_axes = range(1, query.dim() - 1)
             batch = [a for a in range(query.dim() - 1) if a not in attention_axes]
             order = batch + list(attention_axes) + [query.dim() - 1]
 
@@ -863,11 +888,15 @@ def keras_dropout(x, rate):
     return x * (keep * (1.0 / (1.0 - rate)))  # the scaled mask, which the gradient reuses
 
 
-def dropout(x, rate, training=False):
-    """keras.layers.Dropout: keras_dropout in training, the identity otherwise."""
+def dropout(x, rate, training=False, noise_shape=None):
+    """keras.layers.Dropout: keras_dropout in training (drawn in noise_shape, None where it is
+    x's size, and broadcast), the identity otherwise."""
     if not training or rate == 0:
         return x
-    return keras_dropout(x, rate)
+    if noise_shape is None:
+        return keras_dropout(x, rate)
+    shape = [size if wanted is None else wanted for size, wanted in zip(x.shape, noise_shape)]
+    return x * keras_dropout(torch.ones(shape, device=x.device), rate)
 
 
 def spatial_dropout1d(x, rate, training=False):

@@ -173,7 +173,7 @@ mod tests {
         assert_eq!(conv.first(), Some(&("strides", "1")), "{conv:?}");
         assert!(conv.contains(&("padding", "\"valid\"")) && conv.contains(&("activation", "\"linear\"")), "{conv:?}");
         assert!(!conv.iter().any(|(name, _)| *name == "in_channels" || *name == "self"), "{conv:?}");
-        assert_eq!(parameter_defaults("dropout"), [("training", "False")]);
+        assert_eq!(parameter_defaults("dropout"), [("training", "False"), ("noise_shape", "None")]);
         let layer_norm = parameter_defaults("LayerNormalization");
         assert!(
             layer_norm.contains(&("axis", "(-1,)")) && layer_norm.contains(&("epsilon", "0.001")),
