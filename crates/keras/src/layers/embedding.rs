@@ -4,6 +4,7 @@ use burn::module::{Module, Param};
 use burn::tensor::Tensor;
 
 use super::{Build, Call, KerasLayer, Variable};
+use crate::saved::VarReader;
 use crate::torch::{TorchCall, TorchModule};
 use crate::value::{Binary, DynTensor, Value};
 use model::error::Result;
@@ -18,31 +19,18 @@ pub struct Embedding {
 
 impl KerasLayer for Embedding {
     fn build(layer: &mut Build) -> Result<Self> {
-        let args = &mut layer.args;
-        let input_dim = args.take_usize("input_dim", None)?;
-        let output_dim = args.take_usize("output_dim", None)?;
-        let mask_zero = args.take_bool("mask_zero", false)?;
-        if args.take_bool("sparse", false)? {
-            return Err(args.error("sparse = true: sparse gradients are not supported"));
+        if layer.args.take_bool("sparse", false)? {
+            return Err(layer.args.error("sparse = true: sparse gradients are not supported"));
         }
-        args.take("input_length"); // Keras 2's, ignored by Keras 3 as well
+        layer.args.take("input_length"); // Keras 2's, ignored by Keras 3 as well
         let mut vars = layer.vars()?;
-        let table =
-            vars.next("embeddings", &[Some(input_dim), Some(output_dim)])?.to_tensor("embeddings", layer.device)?;
+        let embedding = Self::read(layer, &mut vars)?;
         vars.finish()?;
-        Ok(Self { embeddings: Param::from_tensor(table), mask_zero })
+        Ok(embedding)
     }
 
     fn call(&self, call: &Call) -> Result<Vec<Value>> {
-        let ids = call.tensor(0, "inputs")?;
-        let out = DynTensor::gather_rows(self.embeddings.val(), ids.tensor.clone())?;
-        let mask = if self.mask_zero {
-            let device = ids.tensor.device();
-            Some(DynTensor::binary(Binary::NotEqual, ids.tensor, DynTensor::scalar(0.0, &device))?)
-        } else {
-            None
-        };
-        Ok(vec![Value::float(out).with_mask(mask)])
+        Ok(vec![self.look_up(call.tensor(0, "inputs")?.tensor)?])
     }
 
     fn variables(&self) -> Vec<Variable> {
@@ -58,8 +46,39 @@ impl KerasLayer for Embedding {
 
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let ids = call.input()?;
+        self.torch_look_up(call, &format!("self.{}({ids}.long())", call.attr), &ids)
+    }
+}
+
+impl Embedding {
+    /// `input_dim`, `output_dim` and `mask_zero`, and the table, the first of `vars`: what every
+    /// embedding class keeps (`ReversibleEmbedding` reads its reverse table after it).
+    pub(super) fn read(layer: &mut Build, vars: &mut VarReader) -> Result<Self> {
+        let args = &mut layer.args;
+        let input_dim = args.take_usize("input_dim", None)?;
+        let output_dim = args.take_usize("output_dim", None)?;
+        let mask_zero = args.take_bool("mask_zero", false)?;
+        let table =
+            vars.next("embeddings", &[Some(input_dim), Some(output_dim)])?.to_tensor("embeddings", layer.device)?;
+        Ok(Self { embeddings: Param::from_tensor(table), mask_zero })
+    }
+
+    /// The table's rows for `ids` (`[..., output_dim]`), masked where an id is 0 with `mask_zero`.
+    pub(super) fn look_up(&self, ids: DynTensor) -> Result<Value> {
+        let out = DynTensor::gather_rows(self.embeddings.val(), ids.clone())?; // [..., output_dim]
+        let mask = if self.mask_zero {
+            let device = ids.device();
+            Some(DynTensor::binary(Binary::NotEqual, ids, DynTensor::scalar(0.0, &device))?)
+        } else {
+            None
+        };
+        Ok(Value::float(out).with_mask(mask))
+    }
+
+    /// Writes the lookup `y` (the module called on the ids `ids`) with its mask, and describes it.
+    pub(super) fn torch_look_up(&self, call: &mut TorchCall, y: &str, ids: &str) -> Result<String> {
         let mask = if self.mask_zero { format!("{ids} != 0") } else { "None".into() };
-        call.assign(&format!("self.{}({ids}.long())", call.attr), &mask);
+        call.assign(y, &mask);
         let [vocabulary, width] = self.embeddings.dims();
         Ok(format!("nn.Embedding({vocabulary}, {width}){}", if self.mask_zero { ", mask = ids != 0" } else { "" }))
     }

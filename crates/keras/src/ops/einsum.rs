@@ -49,11 +49,7 @@ impl Einsum {
     }
 
     /// The product of `a` and `b`.
-    pub fn run(&self, a: DynTensor, b: DynTensor) -> std::result::Result<DynTensor, String> {
-        self.product(a, b).map_err(|e| e.to_string())
-    }
-
-    fn product(&self, a: DynTensor, b: DynTensor) -> Result<DynTensor> {
+    pub fn run(&self, a: DynTensor, b: DynTensor) -> Result<DynTensor> {
         let (sa, sb) = (a.shape(), b.shape());
         let shape_error = |which: &str, letters: &[char], shape: &[usize]| model::error::ModelError::InputShape {
             input: "einsum",

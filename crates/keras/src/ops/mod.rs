@@ -419,7 +419,7 @@ impl Operation {
             Self::Einsum(einsum) => {
                 let ((a, da), (b, db)) = (operand(0)?, operand(1)?);
                 let dtype = if da == DType::Float || db == DType::Float { DType::Float } else { da };
-                (einsum.run(a, b).map_err(|why| call.error(why))?, dtype)
+                (einsum.run(a, b)?, dtype)
             }
             Self::ExpandDims { axes } => {
                 let (mut x, dtype) = operand(0)?;
