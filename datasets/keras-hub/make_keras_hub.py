@@ -8,11 +8,12 @@ Run from the repository root (keras-hub 0.32.0, keras 3.15.1 on tensorflow-cpu):
 
 For each model: `<model>.keras` (random weights, seeded; 2 layers, hidden 16, vocabulary 50) and
 `<model>.probe.safetensors` with `inputs.<input>` (token ids with the second row's last third
-padding, its `padding_mask`, segment ids; images for ViT) and `expected.<output>` (Keras'
-inference outputs, a dict of outputs by its keys, as the flattener names them). The models hold
-KerasHub's own classes, so they are read through `cargo xtask flatten FILE --import hub.py`
-(`hub.py` imports keras_hub) with the sizes the probe's metadata `flatten` names: KerasHub leaves
-the sequence length open, and its layers need it while tracing.
+padding, its `padding_mask`, segment ids, an encoder-decoder's of each side; images for ViT;
+normal audio features for Whisper) and `expected.<output>` (Keras' inference outputs, a dict of
+outputs by its keys, as the flattener names them). The models hold KerasHub's own classes, so
+they are read through `cargo xtask flatten FILE --import hub.py` (`hub.py` imports keras_hub)
+with the sizes the probe's metadata `flatten` names: KerasHub leaves the sequence length open,
+and its layers need it while tracing.
 """
 
 import json
@@ -28,6 +29,7 @@ from safetensors.numpy import save_file  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 M = keras_hub.models
 VOCABULARY, LENGTH, BATCH = 50, 12, 2
+FRAMES = 16  # an audio encoder's input frames
 TEXT = dict(vocabulary_size=VOCABULARY, num_layers=2, hidden_dim=16, intermediate_dim=32)
 DECODER = dict(TEXT, num_query_heads=4, num_key_value_heads=2)
 
@@ -70,25 +72,39 @@ MODELS = {
     "bert_text_classifier": lambda: M.BertTextClassifier(backbone=bert(), num_classes=3, preprocessor=None),
     "gpt2_causal_lm": lambda: M.GPT2CausalLM(backbone=gpt2(), preprocessor=None),
     "llama_causal_lm": lambda: M.LlamaCausalLM(backbone=llama(), preprocessor=None),
+    # An encoder-decoder: its decoder's causal mask is broadcast over the open batch.
+    "bart": lambda: M.BartBackbone(num_heads=2, max_sequence_length=16, **TEXT),
+    # Whisper's encoder reads FRAMES log-mel frames (`keras.ops.pad`, `dot_product_attention`).
+    "whisper": lambda: M.WhisperBackbone(num_heads=2, num_mels=8, max_encoder_sequence_length=FRAMES,
+                                         max_decoder_sequence_length=16, **TEXT),
+    # T5's relative attention bias: `take` of a constant [T, T] of buckets.
+    "t5": lambda: M.T5Backbone(num_heads=2, **TEXT),
+    # Falcon's ALiBi positions: `cumsum` of the padding mask.
+    "falcon": lambda: M.FalconBackbone(num_attention_heads=2, **TEXT),
 }
 
 
 def probe_inputs(model, rng):
     """The model's inputs by name: token ids in [1, VOCABULARY) whose second row pads its last
-    third (id 0, mask 0), segment ids 0 then 1; images uniform in [0, 1)."""
+    third (id 0, mask 0), segment ids 0 then 1 (an encoder-decoder's `encoder_`/`decoder_` ids
+    and masks alike); images uniform in [0, 1)."""
     inputs = {}
     for tensor in model.inputs:
         name = tensor.name
         if name == "images":
             inputs[name] = rng.uniform(size=(BATCH, *tensor.shape[1:])).astype(np.float32)
             continue
+        if name == "encoder_features":
+            inputs[name] = rng.normal(size=(BATCH, FRAMES, tensor.shape[-1])).astype(np.float32)
+            continue
         mask = np.ones((BATCH, LENGTH), dtype=np.int32)
         mask[1, LENGTH - LENGTH // 3:] = 0
-        if name == "token_ids":
+        kind = name.removeprefix("encoder_").removeprefix("decoder_")
+        if kind == "token_ids":
             inputs[name] = (rng.integers(1, VOCABULARY, size=(BATCH, LENGTH)) * mask).astype(np.int32)
-        elif name == "padding_mask":
+        elif kind == "padding_mask":
             inputs[name] = mask
-        elif name == "segment_ids":
+        elif kind == "segment_ids":
             inputs[name] = (np.arange(LENGTH)[None, :] >= LENGTH // 2).astype(np.int32).repeat(BATCH, 0) * mask
         else:
             raise ValueError(f"{model.name}: no probe for the input {name}")
@@ -101,6 +117,8 @@ def flatten_options(model):
     for tensor in model.inputs:
         if len(tensor.shape) == 2 and tensor.shape[1] is None:
             options += ["--shape", f"{tensor.name}={LENGTH}"]
+        elif tensor.name == "encoder_features" and tensor.shape[1] is None:
+            options += ["--shape", f"{tensor.name}={FRAMES},{tensor.shape[2]}"]
     return options
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Union
 import numpy as np
 
 from . import _native
-from .flatten import flatten, flatten_file, random_inputs
+from .flatten import flatten, flatten_file, random_inputs, save_flat
 
 ConversionError = _native.ConversionError  # raised with the converter's message
 
@@ -92,7 +92,7 @@ def convert(
             flat, report = flatten(keras_model, shapes=shapes, batch_size=batch_size)
             _refuse_kept(report, getattr(keras_model, "name", "the model"))
             path = os.path.join(scratch, "model.keras")
-            flat.save(path)
+            save_flat(flat, report, path)
         stem = _stem(out) if out is not None else os.path.join(scratch, "model")
         printout = _native.convert_file(path, stem + ".py")
         if verbose:

@@ -24,6 +24,7 @@ import argparse
 import collections
 import importlib.util
 import inspect
+import json
 import os
 import re
 import sys
@@ -49,6 +50,10 @@ class FlattenReport:
     """`(layer name, class name, reason)` of every custom layer left as it was."""
     difference: float = None
     """The largest difference between the flattened and the original model on random inputs."""
+    blocks: dict = None
+    """Where each node of the flattened model came from (`_block_record`): saved beside the
+    graph as config.json's `keras2torch` entry, from which the torch writer makes one module
+    class per traced custom layer."""
 
     def lines(self):
         out = [f"traced {name} ({cls})" for name, cls in self.traced]
@@ -88,6 +93,12 @@ class _Tracer:
         self.layers = set()
         self.classes = {}
         self.weights = {}  # id(variable) -> the Weight layer standing for it
+        # Each traced call of a custom layer is a block: `{"name", "class", "parent", "inputs"}`,
+        # its inputs `(parameter, tensor)`; every graph node made while a block's call runs
+        # belongs to the innermost one (`id(node) -> (node, block)`, the node kept alive).
+        self.blocks = []
+        self.open_blocks = []
+        self.node_blocks = {}
 
     def patch(self, model):
         import keras
@@ -116,6 +127,22 @@ class _Tracer:
         # its shape, the same values), which runs at any batch.
         broadcast_to = keras.ops.broadcast_to
         anchors = self.anchors = []
+        # The open sizes may also come from a tensor the traced layer takes by keyword, so that it
+        # has no anchor: keras_hub's `compute_causal_mask` (transformer_layer_utils.py) ends with
+        # `ops.broadcast_to(mask, (batch_size, output_length, input_length))`, `batch_size =
+        # ops.shape(decoder_sequence)[0]`, which `TransformerDecoder` (BART's, Whisper's
+        # `WhisperDecoder`) and `FalconTransformerDecoder` run on `decoder_sequence=x`. The last
+        # tensor with an open size that `ops.shape` was asked about while tracing stands for it.
+        shape_of = keras.ops.shape
+        shaped = self.shaped = []
+
+        def shape_recorded(x):
+            if isinstance(x, keras.KerasTensor) and any(d is None for d in x.shape):
+                shaped[:] = [x]
+            return shape_of(x)
+
+        self.shape_of = shape_of
+        keras.ops.shape = shape_recorded
 
         def broadcast_open(x, shape):
             if isinstance(shape, (tuple, list)) and any(d is None for d in shape) and anchors and anchors[-1] is not None:
@@ -125,6 +152,11 @@ class _Tracer:
                     return keras.ops.add(x, keras.ops.zeros_like(like))
                 if shape[0] is None and like.shape[0] is None and all(d is not None for d in shape[1:]):
                     return _over_batch_of(like, broadcast_to(x, (1, *shape[1:])))
+            if isinstance(shape, (tuple, list)) and any(d is None for d in shape):
+                for like in [a for a in anchors[-1:] if a is not None] + shaped:
+                    broadcast = _broadcast_like(x, shape, like, broadcast_to)
+                    if broadcast is not None:
+                        return broadcast
             return broadcast_to(x, shape)
 
         self.broadcast_to = broadcast_to
@@ -165,6 +197,18 @@ class _Tracer:
         attention = keras.layers.MultiHeadAttention
         self.attention_call = attention.__dict__.get("__call__")
         attention.__call__ = _attention_with_explicit_masks(attention.__call__)
+        # Every node recorded while a custom layer's call is traced belongs to that call's block.
+        from keras.src.ops.node import Node
+
+        self.node_init = Node.__init__
+        node_init, node_blocks, open_blocks = self.node_init, self.node_blocks, self.open_blocks
+
+        def node_in_block(node, *args, **kwargs):
+            node_init(node, *args, **kwargs)
+            if open_blocks:
+                node_blocks[id(node)] = (node, open_blocks[-1])
+
+        Node.__init__ = node_in_block
 
         for layer in model._flatten_layers(include_self=False, recursive=True):
             if is_builtin(layer) or not isinstance(layer, keras.layers.Layer):
@@ -180,8 +224,13 @@ class _Tracer:
 
         keras.ops.reshape = self.reshape
         keras.ops.broadcast_to = self.broadcast_to
+        keras.ops.shape = self.shape_of
+        self.shaped.clear()
         keras.ops.tile = self.tile
         keras.layers.EinsumDense.compute_output_shape = self.einsum_shape
+        from keras.src.ops.node import Node
+
+        Node.__init__ = self.node_init
         attention = keras.layers.MultiHeadAttention
         if self.attention_call is None:
             del attention.__call__
@@ -195,6 +244,23 @@ class _Tracer:
                 cls.__call__ = own
         self.classes.clear()
         self.layers.clear()
+
+    def open_block(self, layer, args, kwargs):
+        """Starts the block of one traced call of `layer`: its class, where it is called from, and
+        its tensor arguments by the names `call` gives them (`inputs`, `padding_mask`)."""
+        try:
+            bound = inspect.signature(layer.call).bind_partial(*args, **kwargs).arguments
+        except TypeError:
+            bound = {f"input_{i}": a for i, a in enumerate(args)}
+        inputs = []
+        for name, value in bound.items():
+            values = value if isinstance(value, (list, tuple)) else [value]
+            for k, tensor in enumerate(values):
+                if hasattr(tensor, "_keras_history"):
+                    inputs.append((name if len(values) == 1 else f"{name}_{k}", tensor))
+        parent = self.open_blocks[-1] if self.open_blocks else None
+        self.blocks.append({"name": layer.name, "class": type(layer).__name__, "parent": parent, "inputs": inputs})
+        self.open_blocks.append(len(self.blocks) - 1)
 
     def _traced_call(self, keras_call):
         tracer = self
@@ -211,10 +277,12 @@ class _Tracer:
                     if "mask" in signature and "mask" not in kwargs and args and hasattr(args[0], "shape"):
                         kwargs["mask"] = backend.get_keras_mask(args[0])
                     tracer.anchors.append(next((a for a in args if hasattr(a, "shape")), None))
+                    tracer.open_block(layer, args, kwargs)
                     try:
                         outputs = _call_with_weight_nodes(layer, args, kwargs, tracer.weights)
                     finally:
                         tracer.anchors.pop()
+                        tracer.open_blocks.pop()
                     _attach_mask(layer, args, kwargs, outputs)
                     tracer.report.traced.append((layer.name, type(layer).__name__))
                     return outputs
@@ -237,6 +305,33 @@ def _over_batch_of(like, row):
 
     first = like[(slice(None),) + (0,) * (len(like.shape) - 1)]  # [B]
     zeros = keras.ops.reshape(keras.ops.zeros_like(first), (-1,) + (1,) * (len(row.shape) - 1))  # [B, 1, ...]
+    if "bool" in str(row.dtype):
+        return keras.ops.logical_or(row, keras.ops.cast(zeros, "bool"))
+    return keras.ops.add(row, keras.ops.cast(zeros, row.dtype))
+
+
+def _broadcast_like(x, shape, like, broadcast_to):
+    """`broadcast_to(x, shape)` where `shape`'s open sizes (None while tracing) are those of `like`,
+    a tensor of its rank open at the same axes (the one `ops.shape` read them from): `x` broadcast
+    to the known sizes (1 at the open ones), then repeated over `like`'s open sizes (zeros read
+    from `like` added, `_over_batch_of` for the batch alone), so that the recorded graph runs at
+    any batch. None where `like` does not fit, or `x` is not 1 at an open axis."""
+    import keras
+
+    axes = [i for i, d in enumerate(shape) if d is None]
+    if len(like.shape) != len(shape) or any(like.shape[i] is not None for i in axes) or len(x.shape) > len(shape):
+        return None
+    offset = len(shape) - len(x.shape)
+    if any(i >= offset and x.shape[i - offset] != 1 for i in axes):
+        return None
+    row = broadcast_to(x, tuple(1 if d is None else d for d in shape))
+    if axes == [0]:
+        return _over_batch_of(like, row)
+    sizes = like[tuple(slice(None) if i in axes else 0 for i in range(len(shape)))]  # like's open sizes
+    for i in range(len(shape)):
+        if i not in axes:
+            sizes = keras.ops.expand_dims(sizes, i)
+    zeros = keras.ops.zeros_like(sizes)
     if "bool" in str(row.dtype):
         return keras.ops.logical_or(row, keras.ops.cast(zeros, "bool"))
     return keras.ops.add(row, keras.ops.cast(zeros, row.dtype))
@@ -429,8 +524,10 @@ def _make_names_unique(model, outputs):
     (two `self_attention_layer`s). Each such sublayer takes its holder's name as a prefix
     (`transformer_layer_0_self_attention_layer`), a number after it where that is taken too. The
     layer objects are renamed (they are shared with `model`); their variables, and so the saved
-    weights, are found by class and position, not by name, and stay as they were."""
+    weights, are found by class and position, not by name, and stay as they were. Returns
+    `{new name: the name it had}`."""
     operations = _operations_of(outputs)
+    renamed = {}
     by_name = collections.defaultdict(list)
     for operation in operations:
         by_name[operation.name].append(operation)
@@ -442,6 +539,7 @@ def _make_names_unique(model, outputs):
         while new in taken:
             new, number = f"{wanted}_{number}", number + 1
         taken.add(new)
+        renamed[new] = renamed.pop(operation.name, operation.name)
         operation.name = new
 
     for name, clashing in by_name.items():
@@ -453,6 +551,71 @@ def _make_names_unique(model, outputs):
                 rename(operation, qualified[id(operation)])
         for operation in [o for o in clashing if o.name == name][1:]:
             rename(operation, name)
+    return renamed
+
+
+def _block_record(flat, tracer, own_names):
+    """Where each node of `flat` came from, for the torch writer (config.json's `keras2torch`):
+    `blocks`, one per traced call of a custom layer that left nodes in `flat` (`name`, `class`,
+    `parent` block, `inputs` as `[parameter, layer, call, tensor]`); `calls`, for each layer of
+    `flat` called in a block, the block of each of its calls, in the order config.json lists
+    them (None outside any); `names`, the name each renamed layer had (`_make_names_unique`)."""
+    from keras.src.ops.function import make_node_key
+
+    kept = {}  # id(node) -> (layer name, its index among the layer's calls that flat keeps)
+    calls = {}
+    for operation in flat.operations:
+        index = 0
+        blocks = []
+        for position, node in enumerate(operation._inbound_nodes):
+            if make_node_key(operation, position) in flat._nodes:
+                kept[id(node)] = (operation.name, index)
+                index += 1
+                blocks.append(tracer.node_blocks.get(id(node), (None, None))[1])
+        if any(block is not None for block in blocks):
+            calls[operation.name] = blocks
+    used = set()
+    for blocks in calls.values():
+        for block in blocks:
+            while block is not None and block not in used:
+                used.add(block)
+                block = tracer.blocks[block]["parent"]
+    order = sorted(used)  # a parent opens before its children
+    number = {block: k for k, block in enumerate(order)}
+    records = []
+    for block in order:
+        record = tracer.blocks[block]
+        inputs = []
+        for parameter, tensor in record["inputs"]:
+            history = tensor._keras_history
+            node = history.operation._inbound_nodes[history.node_index]
+            if id(node) in kept:
+                inputs.append([parameter, *kept[id(node)], history.tensor_index])
+        parent = record["parent"]
+        records.append({"name": record["name"], "class": record["class"],
+                        "parent": None if parent is None else number[parent], "inputs": inputs})
+    calls = {name: [None if b is None else number[b] for b in blocks] for name, blocks in calls.items()}
+    names = {name: own for name, own in own_names.items() if any(o.name == name for o in flat.operations)}
+    return {"blocks": records, "calls": calls, "names": names}
+
+
+def save_flat(flat, report, path):
+    """`flat.save(path)`, with `report.blocks` as config.json's `keras2torch` entry (Keras reads
+    the keys it knows and no others)."""
+    import zipfile
+
+    flat.save(path)
+    if not report.blocks or not report.blocks["blocks"]:
+        return
+    with zipfile.ZipFile(path) as archive:
+        members = [(info, archive.read(info)) for info in archive.infolist()]
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for info, data in members:
+            if info.filename == "config.json":
+                config = json.loads(data)
+                config["keras2torch"] = report.blocks
+                data = json.dumps(config).encode()
+            archive.writestr(info, data)
 
 
 def _inputs_of(model, shapes, batch_size):
@@ -543,7 +706,7 @@ def flatten(model, shapes=None, batch_size=None):
     finally:
         tracer.restore()
     flat_outputs = keras.tree.flatten(outputs)
-    _make_names_unique(model, flat_outputs)
+    own_names = _make_names_unique(model, flat_outputs)
     # Keep the output names: the original outputs' layers, called again, or an Identity named so;
     # a dict of outputs (KerasHub's `{"sequence_output": ..., "pooled_output": ...}`) by its keys.
     # A subclassed model names no outputs: `output`, or `output_<i>` for several.
@@ -561,6 +724,7 @@ def flatten(model, shapes=None, batch_size=None):
         named.append(tensor)
     structure = keras.tree.pack_sequence_as(outputs, named)
     flat = keras.Model(inputs=call_structure(model, inputs), outputs=structure, name=model.name)
+    report.blocks = _block_record(flat, tracer, own_names)
     return flat, report
 
 
@@ -665,7 +829,7 @@ def flatten_file(path, out, imports=(), shapes=None, batch_size=None, seed=0):
     handle, temporary = tempfile.mkstemp(suffix=".keras", dir=directory)
     os.close(handle)
     try:
-        flat.save(temporary)
+        save_flat(flat, report, temporary)
         os.replace(temporary, out)
     finally:
         if os.path.exists(temporary):

@@ -1,13 +1,14 @@
 """Checks the torch modules `cargo xtask convert MODEL.keras --to torch` writes, with the real torch.
 
-For every model with a Keras probe in datasets/keras-models/ (or the .keras files given): converts
-it into a temporary folder, loads the generated module with `load_state_dict(strict=True)` and
-compares its outputs with Burn's (the probe written beside it) and with Keras' (the model's own
-probe, made by keras 3.15.1), at 1e-5; where the model has `<stem>.stats.safetensors` (the law of
-Keras' dropout in training), the module in training mode must have its moments too. The keras.io
-examples in datasets/keras-io/ go through `cargo xtask flatten` first where they have classes of
-their own (with their probe's flatten options), then the same checks; an example whose custom
-layer the flattener keeps is skipped. Exit status 1 if any model fails. Run from the repository
+For every model with a Keras probe in datasets/keras-models/, keras-io/ and keras-hub/ (or the
+.keras files given): converts it into a temporary folder, loads the generated module with
+`load_state_dict(strict=True)` and compares its outputs with Burn's (the probe written beside
+it) and with Keras' (the model's own probe, made by keras 3.15.1), at 1e-5; where the model has
+`<stem>.stats.safetensors` (the law of Keras' dropout in training), the module in training mode
+must have its moments too. The keras.io examples in datasets/keras-io/ go through `cargo xtask
+flatten` first where they have classes of their own (with their probe's flatten options), and
+KerasHub's models with `hub.py`, then the same checks; an example whose custom layer the
+flattener keeps is skipped. Exit status 1 if any model fails. Run from the repository
 root after `cargo build`:
 
     python3 xtask/python/check_torch_models.py [MODEL.keras ...]
@@ -27,7 +28,7 @@ XTASK = os.path.join(ROOT, "target", "debug", "xtask")
 def main():
     models = sys.argv[1:] or sorted(
         p[: -len(".probe.safetensors")] + ".keras"
-        for folder in ("keras-models", "keras-io")
+        for folder in ("keras-models", "keras-io", "keras-hub")
         for p in glob.glob(os.path.join(ROOT, "datasets", folder, "*.probe.safetensors"))
     )
     failed, checks, law_module = [], 0, None
@@ -88,12 +89,14 @@ def flattened(model, out):
 
     with safe_open(model[: -len(".keras")] + ".probe.safetensors", "np") as probe:
         metadata = probe.metadata() or {}
-    if not metadata.get("custom_classes"):
+    hub = os.path.basename(os.path.dirname(os.path.abspath(model))) == "keras-hub"
+    if not metadata.get("custom_classes") and not hub:
         return model, None
     if metadata.get("kept"):
         return None, "the flattener keeps " + metadata["kept"]
     flat = os.path.join(out, os.path.basename(model)[: -len(".keras")] + ".flat.keras")
-    source = model[: -len(".keras")] + ".py"
+    # A keras.io example's classes are in the file beside it; KerasHub's registers with Keras on import.
+    source = os.path.join(os.path.dirname(model), "hub.py") if hub else model[: -len(".keras")] + ".py"
     options = json.loads(metadata.get("flatten", "[]"))
     run = subprocess.run([XTASK, "flatten", model, "--import", source, "--out", flat, *options], capture_output=True, text=True)
     if run.returncode != 0:

@@ -104,6 +104,8 @@ pub struct Node {
     pub layer: usize,
     /// The layer's name, and `@k` for its `k`-th call (k > 0): the name a user reads.
     pub label: String,
+    /// Which call of its layer this is (its index in config.json's `inbound_nodes`).
+    pub call: usize,
     pub args: Vec<Arg>,
     pub kwargs: Vec<(String, Arg)>,
 }
@@ -567,7 +569,7 @@ impl<'a> Builder<'a> {
             kwargs.push(("mask".to_string(), mask));
         }
         let label = if call == 0 { name.to_string() } else { format!("{name}@{call}") };
-        self.nodes.push(Node { layer, label, args, kwargs });
+        self.nodes.push(Node { layer, label, call, args, kwargs });
         self.nodes.len() - 1
     }
 

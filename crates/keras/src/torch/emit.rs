@@ -183,6 +183,7 @@ impl TorchCall<'_> {
         let node = Node {
             layer: self.node.layer,
             label: self.node.label.clone(),
+            call: self.node.call,
             args: vec![Arg::Tensor(Port { node: self.index, index: 0 })],
             kwargs: Vec::new(),
         };

@@ -11,7 +11,9 @@
 //! `python3 OUT.py` name the first layer where torch and Burn (or Keras, with `--probe`) differ,
 //! and `forward` reads as the graph, line by line.
 
+mod classes;
 mod emit;
+mod origin;
 mod prelude;
 mod shared;
 
@@ -22,12 +24,14 @@ pub use emit::{
 
 use std::collections::{BTreeMap, HashSet};
 
+use classes::{NodeCode, Parts, assemble};
+use origin::{Origin, Plan};
 use prelude::{prelude_for, prelude_names};
 use shared::{reading_shared, repeated_values, shared_port};
 use std::fmt::Write as _;
 
 use crate::executor::KerasModel;
-use crate::graph::Arg;
+use crate::graph::{Arg, Node, Port};
 use crate::value::DType;
 use model::error::Result;
 use model::weights::WeightMap;
@@ -57,82 +61,34 @@ pub fn torch_export(
     probe_file: &str,
 ) -> Result<TorchExport> {
     let graph = &model.graph;
-    let mut names = AttrNames::default();
-    // The inputs keep their Keras names as forward's arguments (`_input` after one that would hide
-    // a name of the prelude there); layers are named after them.
-    let prelude = prelude_names();
-    let inputs: Vec<String> = graph
-        .inputs
-        .iter()
-        .map(|i| {
-            let name = names.unique(&i.name);
-            if prelude.contains(name.as_str()) { names.unique(&format!("{name}_input")) } else { name }
-        })
-        .collect();
-    let attrs: Vec<String> = graph.layers.iter().map(|l| names.unique(&l.name)).collect();
-    let mut init = String::new();
-    let mut state = WeightMap::new();
-    let mut built = HashSet::new();
-    let mut body = String::new();
-    let mut constructs = Vec::new();
-    let mut hooked: Vec<(String, Vec<String>)> = Vec::new();
+    let origin = Origin::read(graph, &model.config);
     // Each value computed once: the nodes read a repeated operation's value where it is first
     // computed (shared.rs), and the repeating nodes write nothing.
-    let same = repeated_values(model, masked);
+    let same = repeated_values(model, masked, &origin.node_block);
     let nodes: Vec<_> = graph.nodes.iter().map(|node| reading_shared(node, &same)).collect();
     let model_outputs: Vec<_> = graph.outputs.iter().map(|(name, port)| (name, shared_port(*port, &same))).collect();
-    // How many outputs of each node are read: by later nodes, or as the model's outputs.
-    let mut outputs_read = vec![1usize; nodes.len()];
-    let read = nodes.iter().flat_map(|n| n.args.iter().chain(n.kwargs.iter().map(|(_, a)| a)).flat_map(Arg::ports));
-    for port in read.chain(model_outputs.iter().map(|(_, p)| *p)) {
-        outputs_read[port.node] = outputs_read[port.node].max(port.index + 1);
+    let written: Vec<bool> = same.iter().map(Option::is_none).collect();
+    let reads: Vec<Vec<usize>> = nodes
+        .iter()
+        .map(|n| n.args.iter().chain(n.kwargs.iter().map(|(_, a)| a)).flat_map(Arg::ports).map(|p| p.node).collect())
+        .collect();
+    let mut layer_nodes = vec![Vec::new(); graph.layers.len()];
+    for (index, node) in nodes.iter().enumerate().filter(|(i, _)| written[*i]) {
+        layer_nodes[node.layer].push(index);
     }
-    for (index, node) in nodes.iter().enumerate() {
-        if same[index].is_some() {
-            continue;
-        }
-        let spec = graph.layer_of(node);
-        let layer = &model.layers[node.layer];
-        let attr = &attrs[node.layer];
-        let masked_calls = nodes.iter().any(|n| n.layer == node.layer && receives_mask(n, masked));
-        if built.insert(node.layer) {
-            let before = init.len();
-            let mut module = TorchModule { attr, masked_calls, init: &mut init, state: &mut state, traced: true };
-            layer.torch_module(&mut module)?;
-            if module.traced && init.len() > before {
-                hooked.push((attr.clone(), Vec::new()));
+    let mut plan = Plan::new(&origin);
+    plan.settle(&reads, &written, &layer_nodes);
+    let module = loop {
+        let attempt = Module { model, ranks, masked, nodes: &nodes, written: &written, layer_nodes: &layer_nodes };
+        match attempt.write(&plan, &model_outputs)? {
+            Ok(module) => break module,
+            Err(instance) => {
+                plan.drop_instance(instance);
+                plan.settle(&reads, &written, &layer_nodes);
             }
         }
-        // The nodes of layers with a module attribute: `check` records them with forward hooks.
-        if let Some((_, labels)) = hooked.iter_mut().find(|(a, _)| a == attr) {
-            labels.push(node.label.clone());
-        }
-        let model_input = graph.inputs.iter().position(|i| i.node == index).map(|k| inputs[k].as_str());
-        let mut call = TorchCall {
-            node,
-            index,
-            attr,
-            ranks,
-            model_input,
-            outputs: outputs_read[index],
-            masked_calls,
-            masked,
-            what: format!("layer {} ({})", node.label, spec.class_name),
-            lines: Vec::new(),
-            buffers: Vec::new(),
-        };
-        let construct = layer.torch_call(&mut call)?;
-        for (name, host, dtype) in std::mem::take(&mut call.buffers) {
-            let dtype = torch_dtype(dtype);
-            let _ =
-                writeln!(init, "        self.register_buffer({name:?}, torch.zeros({:?}, dtype={dtype}))", host.shape);
-            state.insert(name, host);
-        }
-        constructs.push((format!("{} ({})", node.label, spec.class_name), construct));
-        for line in call.lines {
-            let _ = writeln!(body, "        {line}");
-        }
-    }
+    };
+    let WrittenModule { inputs, classes, init, body, state, constructs, hooked } = module;
     let returns: Vec<String> = model_outputs.iter().map(|(_, p)| var(*p)).collect();
     let returned = if returns.len() == 1 { returns[0].clone() } else { format!("({})", returns.join(", ")) };
     let input_names: Vec<String> = graph.inputs.iter().map(|i| format!("{:?}", i.name)).collect();
@@ -178,7 +134,7 @@ WEIGHTS = os.path.join(HERE, "{weights_file}")
 PROBE = os.path.join(HERE, "{probe_file}")
 
 
-class Model(torch.nn.Module):
+{classes}class Model(torch.nn.Module):
     """{name}, call by call as Keras runs it; `m<i>` is the Keras mask of `x<i>` where it has one."""
 
     def __init__(self):
@@ -214,7 +170,7 @@ def check(probe_path, tolerance=1e-5):
     def record(attr):
         return lambda module, args, output: recorded[attr].append(output[0] if isinstance(output, tuple) else output)
 
-    hooks = [getattr(model, attr).register_forward_hook(record(attr)) for attr in NODES]
+    hooks = [model.get_submodule(attr).register_forward_hook(record(attr)) for attr in NODES]
     with torch.no_grad():
         outputs = model(*inputs)
     for hook in hooks:
@@ -256,6 +212,200 @@ if __name__ == "__main__":
     // The prelude's definitions that the module's own code names, and theirs.
     let source = source.replacen(PRELUDE_SLOT, &prelude_for(&source), 1);
     Ok(TorchExport { source, state_dict: state, constructs })
+}
+
+/// The parts of the module a plan gives.
+struct Module<'a> {
+    model: &'a KerasModel,
+    ranks: &'a [usize],
+    masked: &'a [bool],
+    /// The graph's nodes, reading repeated values where they are first computed.
+    nodes: &'a [Node],
+    /// Whether each node writes code (not a repeated value).
+    written: &'a [bool],
+    /// Each layer's written nodes.
+    layer_nodes: &'a [Vec<usize>],
+}
+
+/// The module's code for one plan.
+struct WrittenModule {
+    /// `forward`'s parameters.
+    inputs: Vec<String>,
+    classes: String,
+    init: String,
+    body: String,
+    state: WeightMap,
+    constructs: Vec<(String, String)>,
+    /// Each hooked attribute's path and the nodes it computes.
+    hooked: Vec<(String, Vec<String>)>,
+}
+
+impl Module<'_> {
+    /// The module's code, or the instance of `plan` whose calls would need different classes.
+    fn write(
+        &self,
+        plan: &Plan,
+        model_outputs: &[(&String, Port)],
+    ) -> Result<std::result::Result<WrittenModule, usize>> {
+        let (model, graph) = (self.model, &self.model.graph);
+        let origin = plan.origin();
+        let mut names = AttrNames::default();
+        // The inputs keep their Keras names as forward's arguments (`_input` after one that would
+        // hide a name of the prelude there); layers are named after them.
+        let prelude = prelude_names();
+        let inputs: Vec<String> = graph
+            .inputs
+            .iter()
+            .map(|i| {
+                let name = names.unique(&i.name);
+                if prelude.contains(name.as_str()) { names.unique(&format!("{name}_input")) } else { name }
+            })
+            .collect();
+        // Attributes: a layer's in the module of the instance owning it (inside a block, by the
+        // name its layer had there: `query_dense`, `dense` for Keras' `dense_7`), then each
+        // instance's in the module holding it.
+        let mut instance_names: Vec<AttrNames> = (0..plan.instances()).map(|_| AttrNames::default()).collect();
+        let owners: Vec<Option<usize>> =
+            self.layer_nodes.iter().map(|nodes| plan.owner(nodes.iter().copied())).collect();
+        let attrs: Vec<String> = graph
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(layer, spec)| match owners[layer] {
+                // A layer whose calls all repeat values (the flattener's `Identity` keeping an
+                // output's name) has no attribute, and takes no name.
+                _ if self.layer_nodes[layer].is_empty() => String::new(),
+                None => names.unique(&spec.name),
+                Some(instance) => {
+                    let holder = origin.blocks.iter().enumerate().find(|(b, _)| plan.instance(*b) == instance);
+                    let holder = holder.map(|(_, block)| block.name.as_str()).unwrap_or_default();
+                    let own = origin.own_names[layer].as_deref().unwrap_or(&spec.name);
+                    instance_names[instance].unique(&local_name(own, &spec.class_name, holder))
+                }
+            })
+            .collect();
+        let mut instance_attr = vec![String::new(); plan.instances()];
+        for (block, source) in origin.blocks.iter().enumerate() {
+            let instance = plan.instance(block);
+            if instance_attr[instance].is_empty() {
+                instance_attr[instance] = match plan.parent_instance(instance) {
+                    Some(parent) => instance_names[parent].unique(&local_name(&source.name, &source.class, "")),
+                    None => names.unique(&source.name),
+                };
+            }
+        }
+        let path = |instance: Option<usize>| -> String {
+            let mut chain: Vec<&str> = std::iter::successors(instance, |&i| plan.parent_instance(i))
+                .map(|i| instance_attr[i].as_str())
+                .collect();
+            chain.reverse();
+            chain.iter().map(|a| format!("{a}.")).collect()
+        };
+        let mut state = WeightMap::new();
+        let mut layer_init = vec![String::new(); graph.layers.len()];
+        let mut built = HashSet::new();
+        let mut code: Vec<Option<NodeCode>> = Vec::with_capacity(self.nodes.len());
+        let mut constructs = Vec::new();
+        let mut hooked: Vec<(String, Vec<String>)> = Vec::new();
+        // How many outputs of each node are read: by later nodes, or as the model's outputs.
+        let mut outputs_read = vec![1usize; self.nodes.len()];
+        let read =
+            self.nodes.iter().flat_map(|n| n.args.iter().chain(n.kwargs.iter().map(|(_, a)| a)).flat_map(Arg::ports));
+        for port in read.chain(model_outputs.iter().map(|(_, p)| *p)) {
+            outputs_read[port.node] = outputs_read[port.node].max(port.index + 1);
+        }
+        for (index, node) in self.nodes.iter().enumerate() {
+            if !self.written[index] {
+                code.push(None);
+                continue;
+            }
+            let spec = graph.layer_of(node);
+            let layer = &model.layers[node.layer];
+            let attr = &attrs[node.layer];
+            let owner_path = path(owners[node.layer]);
+            let masked_calls = self.nodes.iter().any(|n| n.layer == node.layer && receives_mask(n, self.masked));
+            if built.insert(node.layer) {
+                let mut layer_state = WeightMap::new();
+                let mut module = TorchModule {
+                    attr,
+                    masked_calls,
+                    init: &mut layer_init[node.layer],
+                    state: &mut layer_state,
+                    traced: true,
+                };
+                layer.torch_module(&mut module)?;
+                if module.traced && !layer_init[node.layer].is_empty() {
+                    hooked.push((format!("{owner_path}{attr}"), Vec::new()));
+                }
+                for (key, tensor) in layer_state.iter() {
+                    state.insert(format!("{owner_path}{key}"), tensor.clone());
+                }
+            }
+            // The nodes of layers with a module attribute: `check` records them with forward hooks.
+            let hook = format!("{owner_path}{attr}");
+            if let Some((_, labels)) = hooked.iter_mut().find(|(a, _)| *a == hook) {
+                labels.push(node.label.clone());
+            }
+            let model_input = graph.inputs.iter().position(|i| i.node == index).map(|k| inputs[k].as_str());
+            let mut call = TorchCall {
+                node,
+                index,
+                attr,
+                ranks: self.ranks,
+                model_input,
+                outputs: outputs_read[index],
+                masked_calls,
+                masked: self.masked,
+                what: format!("layer {} ({})", node.label, spec.class_name),
+                lines: Vec::new(),
+                buffers: Vec::new(),
+            };
+            let construct = layer.torch_call(&mut call)?;
+            constructs.push((format!("{} ({})", node.label, spec.class_name), construct));
+            code.push(Some(NodeCode { lines: call.lines, buffers: call.buffers }));
+        }
+        let layer_of: Vec<usize> = self.nodes.iter().map(|n| n.layer).collect();
+        let returned: Vec<String> = model_outputs.iter().map(|(_, p)| var(*p)).collect();
+        let parts = Parts {
+            plan,
+            code: &code,
+            layer_of: &layer_of,
+            layer_init: &layer_init,
+            instance_attr: &instance_attr,
+            returned: &returned,
+            reserved: &prelude,
+        };
+        let assembled = match assemble(&parts) {
+            Ok(assembled) => assembled,
+            Err(instance) => return Ok(Err(instance)),
+        };
+        let mut init: String = assembled.init.concat();
+        for (name, host, dtype) in assembled.buffers {
+            let dtype = torch_dtype(dtype);
+            let _ =
+                writeln!(init, "        self.register_buffer({name:?}, torch.zeros({:?}, dtype={dtype}))", host.shape);
+            state.insert(name, host);
+        }
+        for (key, tensor) in assembled.block_state {
+            state.insert(key, tensor);
+        }
+        let body: String = assembled.body.iter().map(|line| format!("        {line}\n")).collect();
+        Ok(Ok(WrittenModule { inputs, classes: assembled.classes, init, body, state, constructs, hooked }))
+    }
+}
+
+/// The attribute name, inside the block of the custom layer `holder`, of a layer or a custom
+/// layer of class `class`: the name it had there (`own`, before the flattener made names
+/// unique), the holder's name taken off a name the flattener gave (`layer_scale_gamma` of
+/// `layer_scale`'s weight `gamma`), and Keras' numbering taken off a name Keras gave (`dense_7`
+/// is `dense`, numbered again in the block), so that the blocks of one class name theirs alike.
+fn local_name(own: &str, class: &str, holder: &str) -> String {
+    let own = own.strip_prefix(holder).and_then(|rest| rest.strip_prefix('_')).filter(|r| !r.is_empty()).unwrap_or(own);
+    let automatic = model::keras_file::snake_case(class);
+    match own.strip_prefix(automatic.as_str()).and_then(|rest| rest.strip_prefix('_')) {
+        Some(number) if !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit()) => automatic,
+        _ => own.to_string(),
+    }
 }
 
 /// Python attribute names from layer names: identifiers, unique, clear of `nn.Module`'s own.

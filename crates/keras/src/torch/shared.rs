@@ -17,8 +17,10 @@ use crate::layers::Layer;
 use crate::ops::Operation;
 use crate::value::DType;
 
-/// For each node, the earlier value its output repeats (`None`: a value of its own).
-pub fn repeated_values(model: &KerasModel, masked: &[bool]) -> Vec<Option<Port>> {
+/// For each node, the earlier value its output repeats (`None`: a value of its own). `blocks`
+/// gives each node's block (`origin.rs`): an operation repeats one of its own block only, so
+/// that each block's class computes what it reads.
+pub fn repeated_values(model: &KerasModel, masked: &[bool], blocks: &[Option<usize>]) -> Vec<Option<Port>> {
     let graph = &model.graph;
     let masked_at = |node: usize| masked.get(node).copied().unwrap_or(false);
     let mut same: Vec<Option<Port>> = vec![None; graph.nodes.len()];
@@ -71,7 +73,7 @@ pub fn repeated_values(model: &KerasModel, masked: &[bool]) -> Vec<Option<Port>>
                 continue;
             }
         }
-        let key = format!("{op:?} {:?} {:?}", node.args, node.kwargs);
+        let key = format!("{:?} {op:?} {:?} {:?}", blocks.get(index), node.args, node.kwargs);
         match first_of.get(&key) {
             Some(&earlier) => same[index] = Some(Port { node: earlier, index: 0 }),
             None => {
@@ -87,6 +89,7 @@ pub fn reading_shared(node: &Node, same: &[Option<Port>]) -> Node {
     Node {
         layer: node.layer,
         label: node.label.clone(),
+        call: node.call,
         args: node.args.iter().map(|arg| shared_arg(arg, same)).collect(),
         kwargs: node.kwargs.iter().map(|(name, arg)| (name.clone(), shared_arg(arg, same))).collect(),
     }
