@@ -16,7 +16,7 @@ Writes, next to this script (README.md says more, and describes the files' forma
   of their layers' order, a shared Dense called twice, cross-attention returning its scores;
 * `nested.keras`: a functional sub-model holding a Sequential, inside an outer model, plus a shared layer;
 * `zoo_conv`, `zoo_pool`, `zoo_norm`, `zoo_activations`, `zoo_merge`, `zoo_reshape`, `zoo_masks`,
-  `zoo_ops`, `zoo_mha`, `zoo_1d`, `zoo_vision`, `zoo_preprocessing`, `zoo_attention_layers`, `zoo_indexing`, `zoo_transpose`, `zoo_recurrent`, `zoo_bidirectional`, `zoo_time_distributed` `.keras`: layer zoo models, each layer at non-default arguments;
+  `zoo_ops`, `zoo_mha`, `zoo_1d`, `zoo_vision`, `zoo_preprocessing`, `zoo_attention_layers`, `zoo_indexing`, `zoo_hub_ops`, `zoo_transpose`, `zoo_recurrent`, `zoo_bidirectional`, `zoo_time_distributed` `.keras`: layer zoo models, each layer at non-default arguments;
 * `bench_lstm`, `bench_timeseries`, `bench_forecaster` `.keras`: the benchmark's whole-model rows
   (xtask/python/bench_models.py): an LSTM, keras.io's time-series Transformer at its own sizes, a
   causal forecaster of three blocks of the question's layer, all on [B, 136, 4];
@@ -901,6 +901,54 @@ def zoo_indexing():
                 "steps and negative bounds, ellipsis, new axis), take (list, scalar), broadcast_to")
 
 
+def zoo_hub_ops():
+    """The operations KerasHub's models call: pad (Whisper's `Padder`), take by a 2-D constant
+    (T5's relative position buckets) and by a tensor, cumsum (Falcon's ALiBi), and
+    dot_product_attention (grouped key heads, a mask with a fully hidden row, is_causal)."""
+    rng = fresh(30)
+    x = keras.Input((4, 6), name="x")
+    ids = keras.Input((3, 2), dtype="int32", name="ids")  # in [-6, 6): negative ones from the end
+    query = keras.Input((5, 4, 8), name="query")  # [B, T, N, H]
+    key = keras.Input((7, 2, 8), name="key")  # [B, S, K, H]: two query heads per key head
+    value = keras.Input((7, 2, 3), name="value")
+    keep = keras.Input((1, 5, 7), dtype="int32", name="keep")  # [B, 1, T, S]
+    bias = keras.Input((4, 5, 7), name="bias")  # [B, N, T, S]
+    buckets = ops.convert_to_tensor(np.array([[0, 3, 1], [-1, 2, 2]], dtype="int32"))  # a __tensor__
+    mask = ops.cast(keep, "bool")
+    outputs = [
+        ops.pad(x, [[0, 0], [1, 1], [0, 0]]),
+        ops.pad(x, [[0, 0], [2, 0], [1, 3]], constant_values=1.5),
+        ops.take(x, buckets, axis=1),  # [B, 2, 3, 6]
+        ops.take(x, [[5, -2], [0, 1]], axis=-1),  # [B, 4, 2, 2]
+        ops.take(x, ids, axis=2),  # [B, 4, B, 3, 2]
+        ops.take(x, ids),  # [B, 3, 2]
+        ops.cumsum(x, axis=1),
+        ops.cumsum(ids, axis=-1),
+        ops.cumsum(x, axis=2, dtype="int32"),
+        ops.cumsum(ops.greater(x, 0.0), axis=1),
+        ops.cumsum(x),
+        ops.dot_product_attention(query, key, value, mask=mask),
+        ops.dot_product_attention(query, query, query, is_causal=True),
+        ops.dot_product_attention(query, key, value, bias=bias, mask=mask, scale=0.5, is_causal=True),
+        ops.dot_product_attention(query, key, value, bias=bias),
+    ]
+    model = keras.Model([x, ids, query, key, value, keep, bias], outputs, name="zoo_hub_ops")
+    keep_value = (rng.uniform(size=(2, 1, 5, 7)) > 0.3).astype(np.int32)
+    keep_value[0, 0, 1] = 0  # a query row that sees no key: Keras' finite fill attends to all alike
+    keep_value[1, 0, 0] = 0  # and under the causal mask too
+    inputs = {"x": rng.uniform(-2, 2, size=(2, 4, 6)).astype(np.float32),
+              "ids": rng.integers(-6, 6, size=(2, 3, 2)).astype(np.int32),
+              "query": rng.normal(size=(2, 5, 4, 8)).astype(np.float32),
+              "key": rng.normal(size=(2, 7, 2, 8)).astype(np.float32),
+              "value": rng.normal(size=(2, 7, 2, 3)).astype(np.float32),
+              "keep": keep_value,
+              "bias": rng.normal(size=(2, 4, 5, 7)).astype(np.float32)}
+    write_model("zoo_hub_ops", model, inputs,
+                "pad (constant, constant_values), take (2-D constant tensor and list, int tensor indices on an axis "
+                "and flattened, negative indices and axis), cumsum (float, int, dtype, bool, flattened), "
+                "dot_product_attention (grouped heads, mask with fully hidden rows, is_causal, bias, scale)")
+
+
 def zoo_shared_values():
     """Operation nodes that repeat a value, as a flattened graph records Keras' implicit masks:
     the same comparison twice, casts to the dtype a value has, and a cast that changes it."""
@@ -1419,6 +1467,7 @@ MODELS = [
     zoo_preprocessing,
     zoo_attention_layers,
     zoo_indexing,
+    zoo_hub_ops,
     zoo_shared_values,
     zoo_transpose,
     zoo_recurrent,

@@ -8,7 +8,7 @@ use crate::config::LayerArgs;
 use crate::graph::Arg;
 use crate::layers::{Call, Input};
 use crate::torch::tuple;
-use crate::value::{DynTensor, Value};
+use crate::value::{Binary, DType, DynTensor, Value, constant_tensor, json_array, map_rank};
 use model::error::Result;
 
 #[derive(Debug, Clone)]
@@ -19,7 +19,8 @@ pub enum Indexing {
     Slice {
         shape: Vec<usize>,
     },
-    /// `take(x, indices, axis)` with constant indices.
+    /// `take(x, indices, axis)`: integer indices of any shape (constant or a tensor, negative
+    /// ones from the end) along `axis`, or into the flattened input where `None`.
     Take {
         axis: Option<i64>,
     },
@@ -141,34 +142,29 @@ impl Indexing {
             }
             Self::Take { axis } => {
                 let x = tensor()?;
-                let indices = match call.args.get(1).and_then(Input::constant) {
-                    Some(Json::Number(n)) => (vec![n.as_i64().unwrap_or_default()], true),
-                    Some(Json::Array(items)) => (
-                        items
-                            .iter()
-                            .map(Json::as_i64)
-                            .collect::<Option<_>>()
-                            .ok_or_else(|| call.error("indices: integers"))?,
-                        false,
-                    ),
-                    _ => return Err(call.error("take's indices are not constant integers")),
-                };
                 let (flat, axis) = match axis {
                     Some(a) => (x.tensor.clone(), call.axis(*a, x.tensor.rank())?),
                     None => (x.tensor.clone().reshape(&[x.tensor.shape().iter().product()])?, 0),
                 };
-                let length = flat.shape()[axis] as i64;
-                let wrapped: Vec<usize> = indices.0.iter().map(|&i| i.rem_euclid(length) as usize).collect();
-                if indices.0.iter().any(|&i| i < -length || i >= length) {
-                    return Err(call.error(format!("indices {:?} outside {length}", indices.0)));
-                }
-                let mut taken = flat.take_axis(axis, &wrapped)?;
-                if indices.1 {
-                    let mut shape = taken.shape();
-                    shape.remove(axis);
-                    taken = taken.reshape(if shape.is_empty() { &[1] } else { &shape })?;
-                }
-                vec![same(&x, taken)]
+                let length = flat.shape()[axis];
+                let indices = call.args.get(1);
+                let (indices, index_shape) = match (indices.and_then(Input::constant), indices) {
+                    // Constant indices: checked here, as TensorFlow's gather checks them.
+                    (Some(c), _) => {
+                        let Some(host) = json_array(&c, false).filter(|h| h.data.iter().all(|i| i.fract() == 0.0))
+                        else {
+                            return Err(call.error(format!("take's indices {c}: integers")));
+                        };
+                        if let Some(bad) = host.data.iter().find(|&&i| i < -(length as f32) || i >= length as f32) {
+                            return Err(call.error(format!("take's index {bad} outside an axis of {length}")));
+                        }
+                        let shape = host.shape.clone();
+                        (DynTensor::from_host(&host, &flat.device())?, shape)
+                    }
+                    (None, Some(Input::Tensor(v))) => (v.tensor.clone(), v.shape()),
+                    _ => return Err(call.error("take's indices are neither integers nor a tensor")),
+                };
+                vec![same(&x, take(flat, axis, indices, &index_shape)?)]
             }
             Self::Stack { axis } => {
                 let parts: Vec<&Value> = first.map(Input::tensors).unwrap_or_default();
@@ -268,12 +264,24 @@ impl Indexing {
                 format!("{x}[{}]", ranges.join(", "))
             }
             Self::Take { axis } => {
-                let indices = args.get(1).and_then(Arg::constant).ok_or("take's indices are not constant")?;
-                let list = render(&Arg::Const(indices.clone()));
-                match (indices, axis) {
-                    (Json::Number(i), Some(axis)) => format!("{x}.select({axis}, {i})"),
-                    (_, Some(axis)) => format!("torch.index_select({x}, {axis}, torch.tensor({list}))"),
-                    (_, None) => format!("torch.take({x}, torch.tensor({list}))"),
+                let indices = match (args.get(1).and_then(Arg::constant), axis) {
+                    // One index drops the axis, as torch's `select` does.
+                    (Some(Json::Number(i)), Some(axis)) => return Ok(format!("{x}.select({axis}, {i})")),
+                    (Some(list @ (Json::Array(_) | Json::Number(_))), _) => {
+                        format!("torch.tensor({})", render(&Arg::Const(list)))
+                    }
+                    // A tensor (a constant one is a buffer, int64 if integers): negative indices from the end.
+                    (indices, _) => {
+                        let rendered = rendered.get(1).ok_or("take's indices are missing")?;
+                        let integers = indices.as_ref().and_then(constant_tensor).is_some_and(|(_, d)| d == DType::Int);
+                        if integers { rendered.clone() } else { format!("{rendered}.long()") }
+                    }
+                };
+                match axis {
+                    // numpy's take along an axis is indexing by one integer tensor at that axis.
+                    Some(axis) if *axis >= 0 => format!("{x}[{}{indices}]", ":, ".repeat(*axis as usize)),
+                    Some(axis) => format!("{x}[..., {indices}{}]", ", :".repeat((-1 - *axis) as usize)),
+                    None => format!("torch.take({x}, {indices})"),
                 }
             }
             Self::Stack { axis } => {
@@ -292,6 +300,26 @@ impl Indexing {
             Self::BroadcastTo { shape } => format!("torch.broadcast_to({x}, {})", tuple(shape)),
         })
     }
+}
+
+/// numpy's `take` of `indices` (integers stored as floats, negative ones counted from the end,
+/// as TensorFlow's backend wraps them) of shape `index_shape` along `axis` of `x`: the axis
+/// replaced by the indices' axes (`[1]` for a scalar in place of no axis).
+fn take(x: DynTensor, axis: usize, indices: DynTensor, index_shape: &[usize]) -> Result<DynTensor> {
+    let mut shape = x.shape();
+    let device = x.device();
+    let count = index_shape.iter().product::<usize>();
+    let flat = indices.reshape(&[count])?; // [count]
+    let negative = DynTensor::binary(Binary::Less, flat.clone(), DynTensor::scalar(0.0, &device))?;
+    let wrapped = DynTensor::binary(
+        Binary::Add,
+        flat,
+        DynTensor::binary(Binary::Multiply, negative, DynTensor::scalar(shape[axis] as f32, &device))?,
+    )?;
+    let wrapped = wrapped.rank_n::<1>("take's indices")?.int(); // [count]
+    let taken = map_rank!(x, t => t.select(axis, wrapped.clone())); // [..., count, ...]
+    shape.splice(axis..=axis, index_shape.iter().copied());
+    taken.reshape(if shape.is_empty() { &[1] } else { &shape })
 }
 
 /// A list of non-negative sizes.

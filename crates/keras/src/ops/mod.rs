@@ -8,6 +8,7 @@ use serde_json::Value as Json;
 
 use crate::config::LayerArgs;
 use crate::graph::Arg;
+mod attention;
 mod einsum;
 mod indexing;
 
@@ -17,7 +18,7 @@ use indexing::Indexing;
 use crate::layers::convolution::two_sizes;
 use crate::layers::{Build, Call, Input, KerasLayer, same_padding};
 use crate::torch::{PyCall, TorchCall, py_bool, py_float, py_str, torch_dtype, tuple};
-use crate::value::{Binary, DType, DynTensor, Reduce, Unary, Value, constant_tensor, resolve_shape};
+use crate::value::{Binary, DType, DynTensor, Reduce, Unary, Value, constant_tensor, map_rank, resolve_shape};
 use model::error::Result;
 
 /// An operation node of the graph: an [`Operation`] as a layer of the model.
@@ -40,7 +41,14 @@ impl KerasLayer for OperationNode {
     fn torch_call(&self, call: &mut TorchCall) -> Result<String> {
         let node = call.node;
         let rendered: Vec<String> = node.args.iter().map(|a| call.render(a)).collect();
-        let y = self.op.torch(&node.args, &rendered).map_err(|why| call.refuse(why))?;
+        // Only the keywords the operation reads: rendering a constant tensor makes it a buffer.
+        let keywords: Vec<(&str, String)> = self
+            .op
+            .keywords()
+            .iter()
+            .map(|&name| (name, call.kwarg(name).cloned().map_or_else(|| "None".to_string(), |a| call.render(&a))))
+            .collect();
+        let y = self.op.torch(&node.args, &rendered, &keywords).map_err(|why| call.refuse(why))?;
         if self.op.gives_a_sequence() {
             // `unstack` / `split`: x<i>, x<i>_1, ... are the parts the graph reads.
             let i = call.index;
@@ -109,7 +117,7 @@ fn cast(x: DynTensor, from: DType, to: DType) -> DynTensor {
 }
 
 /// Every operation class this converter runs, for the error on any other.
-const SUPPORTED: &str = "Add, Subtract, Multiply, Divide, TrueDivide, Power, Maximum, Minimum, Equal, NotEqual, Greater, GreaterEqual, Less, LessEqual, LogicalAnd, LogicalOr, LogicalXor, LogicalNot, Negative, Absolute, Abs, Square, Sqrt, Rsqrt, Reciprocal, Exp, Log, Tanh, Sigmoid, Relu, Gelu, Silu, Softmax, LogSoftmax, Sign, Floor, Round, Cast, ConvertToTensor, ZerosLike, OnesLike, FullLike, Where, Clip, Matmul, Einsum, Concatenate, Reshape, Transpose, Moveaxis, ExpandDims, Squeeze, ExtractPatches, GetItem, Slice, Take, Stack, Unstack, Split, Tile, Repeat, BroadcastTo, Mean, Sum, Max, Min, Prod, Any, All";
+const SUPPORTED: &str = "Add, Subtract, Multiply, Divide, TrueDivide, Power, Maximum, Minimum, Equal, NotEqual, Greater, GreaterEqual, Less, LessEqual, LogicalAnd, LogicalOr, LogicalXor, LogicalNot, Negative, Absolute, Abs, Square, Sqrt, Rsqrt, Reciprocal, Exp, Log, Tanh, Sigmoid, Relu, Gelu, Silu, Softmax, LogSoftmax, Sign, Floor, Round, Cast, ConvertToTensor, ZerosLike, OnesLike, FullLike, Where, Clip, Matmul, Einsum, Concatenate, Reshape, Transpose, Moveaxis, ExpandDims, Squeeze, Pad, Cumsum, DotProductAttention, ExtractPatches, GetItem, Slice, Take, Stack, Unstack, Split, Tile, Repeat, BroadcastTo, Mean, Sum, Max, Min, Prod, Any, All";
 
 #[derive(Debug, Clone)]
 pub enum Operation {
@@ -158,6 +166,22 @@ pub enum Operation {
     },
     Squeeze {
         axes: Option<Vec<i64>>,
+    },
+    /// numpy's `pad` in mode `"constant"`: `(before, after)` entries per axis (one pair: the
+    /// same for every axis), of the call's `constant_values` (0 where none).
+    Pad {
+        widths: Vec<(usize, usize)>,
+    },
+    /// numpy's `cumsum` along `axis` (the flattened input where `None`), of the input cast to
+    /// `dtype` first; booleans sum as integers.
+    Cumsum {
+        axis: Option<i64>,
+        dtype: Option<DType>,
+    },
+    /// `keras.ops.dot_product_attention(query, key, value, bias, mask, scale)` on `[B, T, N, H]`
+    /// ([`attention`]).
+    DotProductAttention {
+        is_causal: bool,
     },
     Reduce {
         kind: Reduce,
@@ -278,6 +302,22 @@ impl Operation {
             }
             "ExpandDims" => Ok(Self::ExpandDims { axes: args.take_ints("axis")?.ok_or_else(|| args.error("axis is missing"))? }),
             "Squeeze" => Ok(Self::Squeeze { axes: args.take_ints("axis")? }),
+            "Pad" => {
+                let mode = args.take_str("mode", "constant")?;
+                if mode != "constant" {
+                    return Err(args.error(format!("mode = {mode:?}: only \"constant\" is supported")));
+                }
+                let pad_width = args.take("pad_width");
+                Ok(Self::Pad {
+                    widths: pad_widths(&pad_width)
+                        .ok_or_else(|| args.error(format!("pad_width = {pad_width}: not (before, after) amounts")))?,
+                })
+            }
+            "Cumsum" => Ok(Self::Cumsum {
+                axis: args.take_ints("axis")?.and_then(|a| a.first().copied()),
+                dtype: take_dtype(args)?,
+            }),
+            "DotProductAttention" => Ok(Self::DotProductAttention { is_causal: attention::from_config(args)? }),
             "ExtractPatches" => {
                 let size = two_sizes(args.take_ints("size")?, None)
                     .ok_or_else(|| args.error("size: one or two sizes (3-D patches are not supported)"))?;
@@ -446,6 +486,44 @@ impl Operation {
                 (x.reshape(if kept.is_empty() { &[1] } else { &kept })?, dtype)
             }
             Self::Indexing(op) => return op.call(call),
+            Self::DotProductAttention { is_causal } => return Ok(vec![attention::call(*is_causal, call)?]),
+            Self::Pad { widths } => {
+                let (x, dtype) = operand(0)?;
+                let value = match call.arg(1, "constant_values") {
+                    None | Some(Input::Const(Json::Null)) => 0.0,
+                    Some(Input::Const(Json::Number(n))) => n.as_f64().unwrap_or_default() as f32,
+                    Some(_) => return Err(call.error("constant_values: a number (a tensor is not supported)")),
+                };
+                let rank = x.rank();
+                let widths = match widths.as_slice() {
+                    [one] => vec![*one; rank],
+                    all if all.len() == rank => all.to_vec(),
+                    all => {
+                        return Err(call.error(format!("pad_width {all:?} for a rank-{rank} input: one pair per axis")));
+                    }
+                };
+                let mut y = x;
+                for (axis, (before, after)) in widths.into_iter().enumerate() {
+                    y = y.pad_axis(axis, before, after, value)?;
+                }
+                (y, dtype)
+            }
+            Self::Cumsum { axis, dtype } => {
+                let (x, from) = operand(0)?;
+                let to = dtype.unwrap_or(from);
+                let x = if to == from { x } else { cast(x, from, to) };
+                let (x, axis) = match axis {
+                    Some(a) => {
+                        let rank = x.rank();
+                        (x, call.axis(*a, rank)?)
+                    }
+                    None => {
+                        let count = x.shape().iter().product();
+                        (x.reshape(&[count])?, 0)
+                    }
+                };
+                (map_rank!(x, t => t.cumsum(axis)), if to == DType::Bool { DType::Int } else { to })
+            }
             Self::Reduce { kind, axes, keepdims } => {
                 let (x, dtype) = operand(0)?;
                 let rank = x.rank();
@@ -464,15 +542,38 @@ impl Operation {
         Ok(vec![Value::new(y, dtype)])
     }
 
+    /// The keyword arguments of a call the torch expression reads (rendered for [`Self::torch`]).
+    fn keywords(&self) -> &'static [&'static str] {
+        match self {
+            Self::Pad { .. } => &["constant_values"],
+            Self::DotProductAttention { .. } => attention::KEYWORDS,
+            _ => &[],
+        }
+    }
+
     /// Whether the torch expression is a sequence of outputs (`unstack`, `split`).
     pub fn gives_a_sequence(&self) -> bool {
         matches!(self, Self::Indexing(op) if op.gives_a_sequence())
     }
 
-    /// The torch expression of the operation on `args` (the node's recorded operands); `Err`
-    /// says why it cannot be written.
-    fn torch(&self, args: &[Arg], rendered: &[String]) -> std::result::Result<String, String> {
+    /// The torch expression of the operation on `args` (the node's recorded operands, as
+    /// `rendered`) and the `keywords` it reads (`None` where absent); `Err` says why it cannot
+    /// be written.
+    fn torch(
+        &self,
+        args: &[Arg],
+        rendered: &[String],
+        keywords: &[(&str, String)],
+    ) -> std::result::Result<String, String> {
         let operand = |k: usize| rendered.get(k).cloned().ok_or_else(|| format!("operand {k} is missing"));
+        // A positional argument, else the keyword (Keras records these ops' options as keywords).
+        let keyword = |k: usize, name: &str| -> String {
+            rendered
+                .get(k)
+                .cloned()
+                .or_else(|| keywords.iter().find(|(n, _)| *n == name).map(|(_, r)| r.clone()))
+                .unwrap_or_else(|| "None".into())
+        };
         // A number where torch wants a tensor (a constant tensor is a buffer already).
         let tensor = |k: usize| -> std::result::Result<String, String> {
             let r = operand(k)?;
@@ -573,10 +674,63 @@ impl Operation {
                 [axis] => format!("{}.unsqueeze({axis})", tensor(0)?),
                 _ => format!("expand_dims({}, axis={axes:?})", tensor(0)?),
             },
+            Self::Pad { widths } => {
+                let x = tensor(0)?;
+                let value = keyword(1, "constant_values");
+                let value = if value == "None" { String::new() } else { format!(", value={value}") };
+                match widths.as_slice() {
+                    // One pair for every axis, whatever the rank.
+                    [(before, after)] => format!("F.pad({x}, ({before}, {after}) * {x}.dim(){value})"),
+                    all => {
+                        // F.pad names the last axis first; leading axes left alone need no pair.
+                        let first = all.iter().position(|&(b, a)| b > 0 || a > 0).unwrap_or(all.len());
+                        let pairs: Vec<String> =
+                            all[first..].iter().rev().flat_map(|(b, a)| [b.to_string(), a.to_string()]).collect();
+                        if pairs.is_empty() { x } else { format!("F.pad({x}, ({}){value})", pairs.join(", ")) }
+                    }
+                }
+            }
+            Self::Cumsum { axis, dtype } => {
+                let x = tensor(0)?;
+                let (x, dim) = match axis {
+                    Some(axis) => (x, *axis),
+                    None => (format!("{x}.flatten()"), 0),
+                };
+                match dtype {
+                    // torch sums booleans as int64, as Keras sums them as integers.
+                    Some(DType::Bool) => format!("torch.cumsum({x}.bool(), dim={dim})"),
+                    Some(to) => format!("torch.cumsum({x}, dim={dim}, dtype={})", torch_dtype(*to)),
+                    None => format!("torch.cumsum({x}, dim={dim})"),
+                }
+            }
+            Self::DotProductAttention { is_causal } => {
+                let [query, key, value] = [0, 1, 2].map(operand);
+                attention::torch(
+                    *is_causal,
+                    [query?, key?, value?],
+                    [3, 4, 5].map(|k| keyword(k, attention::KEYWORDS[k - 3])),
+                )
+            }
             Self::Squeeze { axes: None } => format!("{}.squeeze()", tensor(0)?),
             Self::Squeeze { axes: Some(axes) } => format!("{}.squeeze({})", tensor(0)?, tuple(axes)),
             Self::Reduce { kind, axes, keepdims } => reduction(*kind, &tensor(0)?, axes.as_deref(), *keepdims),
         })
+    }
+}
+
+/// `pad`'s `pad_width` as Keras saves it (`[[before, after], ...]`, a pair of one amount, or
+/// one amount): the `(before, after)` pairs; `None` for anything else.
+fn pad_widths(value: &Json) -> Option<Vec<(usize, usize)>> {
+    let amount = |v: &Json| v.as_u64().map(|n| n as usize);
+    let pair = |v: &Json| match v {
+        Json::Array(items) if items.len() == 2 => Some((amount(&items[0])?, amount(&items[1])?)),
+        Json::Array(items) if items.len() == 1 => amount(&items[0]).map(|n| (n, n)),
+        v => amount(v).map(|n| (n, n)),
+    };
+    match value {
+        Json::Array(items) if items.iter().all(Json::is_number) => pair(value).map(|p| vec![p]),
+        Json::Array(items) if !items.is_empty() => items.iter().map(pair).collect(),
+        v => pair(v).map(|p| vec![p]),
     }
 }
 
@@ -653,6 +807,53 @@ mod tests {
         // numpy.moveaxis(np.zeros((2, 3, 4, 5)), [0, 1], [-1, -2]).shape == (4, 5, 3, 2)
         assert_eq!(moved_axes(&[0, 1], &[3, 2], 4), Some(vec![2, 3, 1, 0]));
         assert_eq!(moved_axes(&[0, 1], &[2, 2], 4), None);
+    }
+
+    #[test]
+    fn pad_widths_read_every_form_keras_saves() {
+        let read = |text: &str| pad_widths(&serde_json::from_str(text).unwrap());
+        assert_eq!(read("[[0, 0], [1, 2]]"), Some(vec![(0, 0), (1, 2)]));
+        assert_eq!(read("[[3]]"), Some(vec![(3, 3)])); // pad_width=(3,): one amount for every axis
+        assert_eq!(read("[1, 2]"), Some(vec![(1, 2)]));
+        assert_eq!(read("2"), Some(vec![(2, 2)]));
+        assert_eq!(read("[[1, -1]]"), None);
+        assert_eq!(read("[]"), None);
+    }
+
+    #[test]
+    fn pad_take_and_cumsum_are_torch_s_own_calls() {
+        let x = crate::graph::Port { node: 0, index: 0 };
+        let ids = crate::graph::Port { node: 1, index: 0 };
+        let on = |op: Operation, args: &[Arg], keywords: &[(&str, String)]| {
+            let rendered: Vec<String> = args.iter().map(crate::torch::render).collect();
+            op.torch(args, &rendered, keywords).unwrap()
+        };
+        let none = [("constant_values", "None".to_string())];
+        let pad = |widths: Vec<(usize, usize)>| Operation::Pad { widths };
+        // Whisper's Padder: the leading axes left alone need no pair.
+        assert_eq!(on(pad(vec![(0, 0), (1, 1), (0, 0)]), &[Arg::Tensor(x)], &none), "F.pad(x0, (0, 0, 1, 1))");
+        assert_eq!(
+            on(pad(vec![(2, 3)]), &[Arg::Tensor(x)], &[("constant_values", "1.5".into())]),
+            "F.pad(x0, (2, 3) * x0.dim(), value=1.5)"
+        );
+        assert_eq!(on(pad(vec![(0, 0), (0, 0)]), &[Arg::Tensor(x)], &none), "x0");
+        let cumsum = |axis, dtype| Operation::Cumsum { axis, dtype };
+        assert_eq!(on(cumsum(Some(-1), None), &[Arg::Tensor(x)], &[]), "torch.cumsum(x0, dim=-1)");
+        assert_eq!(on(cumsum(None, None), &[Arg::Tensor(x)], &[]), "torch.cumsum(x0.flatten(), dim=0)");
+        assert_eq!(
+            on(cumsum(Some(1), Some(DType::Int)), &[Arg::Tensor(x)], &[]),
+            "torch.cumsum(x0, dim=1, dtype=torch.int64)"
+        );
+        let take = |axis| Operation::Indexing(Indexing::Take { axis });
+        // T5's buckets by a tensor: numpy's take is indexing at the axis by that tensor.
+        assert_eq!(on(take(Some(0)), &[Arg::Tensor(x), Arg::Tensor(ids)], &[]), "x0[x1.long()]");
+        assert_eq!(on(take(Some(2)), &[Arg::Tensor(x), Arg::Tensor(ids)], &[]), "x0[:, :, x1.long()]");
+        assert_eq!(on(take(Some(-2)), &[Arg::Tensor(x), Arg::Tensor(ids)], &[]), "x0[..., x1.long(), :]");
+        assert_eq!(on(take(None), &[Arg::Tensor(x), Arg::Tensor(ids)], &[]), "torch.take(x0, x1.long())");
+        let scalar = Arg::Const(serde_json::json!(3));
+        assert_eq!(on(take(Some(1)), &[Arg::Tensor(x), scalar], &[]), "x0.select(1, 3)");
+        let list = Arg::List(vec![Arg::Const(serde_json::json!(0)), Arg::Const(serde_json::json!(-1))]);
+        assert_eq!(on(take(Some(1)), &[Arg::Tensor(x), list], &[]), "x0[:, torch.tensor([0, -1])]");
     }
 
     #[test]

@@ -145,10 +145,8 @@ impl<'p> Writer<'p> {
             .map(|n| (n, None))
             .collect();
         for block in 0..plan.origin().blocks.len() {
-            if plan.is_kept(block) && plan.parent(block) == scope {
-                if let Some(last) = self.last[block] {
-                    items.push((last, Some(block)));
-                }
+            if let Some(last) = self.last[block].filter(|_| plan.is_kept(block) && plan.parent(block) == scope) {
+                items.push((last, Some(block)));
             }
         }
         items.sort_by_key(|&(position, block)| (position, block.is_none()));

@@ -690,6 +690,28 @@ class MultiHeadAttention(torch.nn.Module):
         return (out, probs) if return_attention_scores else out
 
 
+def dot_product_attention(query, key, value, bias=None, mask=None, scale=None, is_causal=False):
+    """keras.ops.dot_product_attention on [B, T, N, H] (fewer key/value heads: each repeated in place),
+    as Keras' TensorFlow backend computes it: a hidden logit becomes -0.7 * 3.38953e38, finite, so a
+    fully hidden query row attends to every key alike (torch's boolean mask would give it nothing)."""
+    q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)  # [B, N, T, H], [B, K, S, H]
+    gqa = k.shape[1] != q.shape[1]
+    if mask is None and bias is None:
+        # A causal mask alone is the kernel's own (top left aligned, as Keras' band_part).
+        attended = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale, enable_gqa=gqa)
+        return attended.transpose(1, 2)
+    if is_causal:
+        causal = torch.ones(q.shape[2], k.shape[2], dtype=torch.bool, device=q.device).tril()  # [T, S]
+        mask = causal if mask is None else mask.bool() & causal
+    if mask is not None:
+        # Added to logits far smaller than its spacing, the hidden value is what Keras writes.
+        hidden = torch.zeros(mask.shape, dtype=q.dtype, device=q.device)
+        hidden = hidden.masked_fill(~mask.bool(), -2.3726709583555947e38)
+        bias = hidden if bias is None else bias + hidden
+    attended = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale, enable_gqa=gqa)
+    return attended.transpose(1, 2)
+
+
 def apply_attention_scores(scores, value, query_mask, value_mask, use_causal_mask, rate, training):
     """Keras' Attention._apply_scores and call: hidden keys lowered by 1e9, softmax, dropout,
     the weighted values, masked queries' rows zeroed."""
