@@ -146,9 +146,10 @@ impl TorchCall<'_> {
         }
     }
 
-    /// The first tensor argument, as a Python expression.
+    /// The first tensor argument (or the one passed as `inputs=`: PaliGemma's ViT calls
+    /// `query_proj(inputs=x)`), as a Python expression.
     pub fn input(&self) -> Result<String> {
-        match self.node.args.first() {
+        match self.node.args.first().or_else(|| self.kwarg("inputs")) {
             Some(Arg::Tensor(p)) => Ok(var(*p)),
             Some(Arg::List(items)) if items.len() == 1 => Ok(render(&items[0])),
             _ => Err(self.refuse("no tensor input")),
