@@ -16,12 +16,12 @@ xtask convert --to torch`); Keras runs the original model under `tf.function`, t
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+from bench_models import median_ms, processor  # the same timing and processor name as the model rows
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -52,27 +52,6 @@ def inputs(names):
     values = {"token_ids": rng.integers(1, VOCABULARY, size=(BATCH, LENGTH)).astype(np.int32) * mask,
               "padding_mask": mask, "segment_ids": np.zeros((BATCH, LENGTH), dtype=np.int32)}
     return {name: values[name] for name in names}
-
-
-def processor():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def median_ms(fn, seconds):
-    fn()
-    fn()
-    times, start = [], time.perf_counter()
-    while len(times) < 3 or time.perf_counter() - start < seconds:
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
 
 
 def torch_worker(module_path, threads, seconds):
