@@ -599,11 +599,25 @@ def _block_record(flat, tracer, own_names):
     return {"blocks": records, "calls": calls, "names": names}
 
 
+def _give_identities_a_config(flat):
+    """KerasHub makes `keras.layers.Identity(dtype=policy)` (a drop path of rate 0, DINOV2's, Swin's
+    identity downsample): Keras records no config for a layer built with an object argument, and
+    saving raises. An Identity has no arguments of its own; its config is the base layer's."""
+    import keras
+
+    for layer in flat.layers:
+        if type(layer) is keras.layers.Identity and getattr(layer, "_auto_config", True) is None:
+            config = {"name": layer.name, "trainable": layer.trainable,
+                      "dtype": keras.dtype_policies.serialize(layer.dtype_policy)}
+            layer.get_config = lambda config=config: dict(config)
+
+
 def save_flat(flat, report, path):
     """`flat.save(path)`, with `report.blocks` as config.json's `keras2torch` entry (Keras reads
     the keys it knows and no others)."""
     import zipfile
 
+    _give_identities_a_config(flat)
     flat.save(path)
     if not report.blocks or not report.blocks["blocks"]:
         return
