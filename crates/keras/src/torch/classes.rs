@@ -51,6 +51,9 @@ pub struct Parts<'a> {
     pub layer_init: &'a [String],
     /// Each instance's attribute in the module holding it.
     pub instance_attr: &'a [String],
+    /// Each instance's attribute path from the model's module, with a dot after it
+    /// (`encoder.transformer_layer_0.`): the prefix of its state-dict keys.
+    pub instance_path: &'a [String],
     /// The values the model returns.
     pub returned: &'a [String],
     /// Names a class or a parameter must not take (the prelude's).
@@ -108,7 +111,6 @@ impl<'p> Writer<'p> {
     fn new(parts: &'p Parts<'p>) -> Self {
         let plan = parts.plan;
         let mut readers: HashMap<String, Vec<usize>> = HashMap::new();
-        let mut last = vec![None; plan.origin().blocks.len()];
         for (node, code) in parts.code.iter().enumerate() {
             let Some(code) = code else { continue };
             for line in &code.lines {
@@ -118,14 +120,12 @@ impl<'p> Writer<'p> {
                     }
                 }
             }
-            for block in std::iter::successors(plan.scope(node), |&b| plan.parent(b)) {
-                last[block] = Some(last[block].map_or(node, |l: usize| l.max(node)));
-            }
         }
+        let written: Vec<bool> = parts.code.iter().map(Option::is_some).collect();
         Writer {
             parts,
             readers,
-            last,
+            last: plan.last_nodes(&written),
             classes: String::new(),
             named: HashMap::new(),
             used_names: HashSet::new(),
@@ -175,9 +175,9 @@ impl<'p> Writer<'p> {
                         }
                         Some(_) => {}
                         None => {
-                            let path = self.path(instance);
+                            let path = &self.parts.instance_path[instance];
                             for (name, tensor) in &class.buffers {
-                                self.block_state.push((format!("{path}.{name}"), tensor.clone()));
+                                self.block_state.push((format!("{path}{name}"), tensor.clone()));
                             }
                             self.first_call.insert(instance, (class.text.clone(), class.buffers.clone()));
                         }
@@ -197,16 +197,6 @@ impl<'p> Writer<'p> {
             }
         }
         Ok(code)
-    }
-
-    /// `instance`'s attribute path from the model's module (`encoder.transformer_layer_0`).
-    fn path(&self, instance: usize) -> String {
-        let plan = self.parts.plan;
-        let mut chain: Vec<&str> = std::iter::successors(Some(instance), |&i| plan.parent_instance(i))
-            .map(|i| self.parts.instance_attr[i].as_str())
-            .collect();
-        chain.reverse();
-        chain.join(".")
     }
 
     /// The class of `block`: its statements with values renamed locally.

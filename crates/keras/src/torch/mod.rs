@@ -68,10 +68,16 @@ pub fn torch_export(
     let nodes: Vec<_> = graph.nodes.iter().map(|node| reading_shared(node, &same)).collect();
     let model_outputs: Vec<_> = graph.outputs.iter().map(|(name, port)| (name, shared_port(*port, &same))).collect();
     let written: Vec<bool> = same.iter().map(Option::is_none).collect();
-    let reads: Vec<Vec<usize>> = nodes
+    let read_ports: Vec<Vec<Port>> = nodes
         .iter()
-        .map(|n| n.args.iter().chain(n.kwargs.iter().map(|(_, a)| a)).flat_map(Arg::ports).map(|p| p.node).collect())
+        .map(|n| n.args.iter().chain(n.kwargs.iter().map(|(_, a)| a)).flat_map(Arg::ports).collect())
         .collect();
+    let reads: Vec<Vec<usize>> = read_ports.iter().map(|ports| ports.iter().map(|p| p.node).collect()).collect();
+    // How many outputs of each node are read: by later nodes, or as the model's outputs.
+    let mut outputs_read = vec![1usize; nodes.len()];
+    for port in read_ports.iter().flatten().chain(model_outputs.iter().map(|(_, p)| p)) {
+        outputs_read[port.node] = outputs_read[port.node].max(port.index + 1);
+    }
     let mut layer_nodes = vec![Vec::new(); graph.layers.len()];
     for (index, node) in nodes.iter().enumerate().filter(|(i, _)| written[*i]) {
         layer_nodes[node.layer].push(index);
@@ -79,7 +85,15 @@ pub fn torch_export(
     let mut plan = Plan::new(&origin);
     plan.settle(&reads, &written, &layer_nodes);
     let module = loop {
-        let attempt = Module { model, ranks, masked, nodes: &nodes, written: &written, layer_nodes: &layer_nodes };
+        let attempt = Module {
+            model,
+            ranks,
+            masked,
+            nodes: &nodes,
+            written: &written,
+            layer_nodes: &layer_nodes,
+            outputs_read: &outputs_read,
+        };
         match attempt.write(&plan, &model_outputs)? {
             Ok(module) => break module,
             Err(instance) => {
@@ -225,6 +239,8 @@ struct Module<'a> {
     written: &'a [bool],
     /// Each layer's written nodes.
     layer_nodes: &'a [Vec<usize>],
+    /// How many outputs of each node are read (at least 1).
+    outputs_read: &'a [usize],
 }
 
 /// The module's code for one plan.
@@ -265,6 +281,11 @@ impl Module<'_> {
         // name its layer had there: `query_dense`, `dense` for Keras' `dense_7`), then each
         // instance's in the module holding it.
         let mut instance_names: Vec<AttrNames> = (0..plan.instances()).map(|_| AttrNames::default()).collect();
+        // Each instance's custom layer's name (its blocks share it).
+        let mut instance_name = vec![""; plan.instances()];
+        for (block, source) in origin.blocks.iter().enumerate() {
+            instance_name[plan.instance(block)] = &source.name;
+        }
         let owners: Vec<Option<usize>> =
             self.layer_nodes.iter().map(|nodes| plan.owner(nodes.iter().copied())).collect();
         let attrs: Vec<String> = graph
@@ -277,8 +298,7 @@ impl Module<'_> {
                 _ if self.layer_nodes[layer].is_empty() => String::new(),
                 None => names.unique(&spec.name),
                 Some(instance) => {
-                    let holder = origin.blocks.iter().enumerate().find(|(b, _)| plan.instance(*b) == instance);
-                    let holder = holder.map(|(_, block)| block.name.as_str()).unwrap_or_default();
+                    let holder = &instance_name[instance];
                     let own = origin.own_names[layer].as_deref().unwrap_or(&spec.name);
                     instance_names[instance].unique(&local_name(own, &spec.class_name, holder))
                 }
@@ -294,26 +314,22 @@ impl Module<'_> {
                 };
             }
         }
-        let path = |instance: Option<usize>| -> String {
-            let mut chain: Vec<&str> = std::iter::successors(instance, |&i| plan.parent_instance(i))
-                .map(|i| instance_attr[i].as_str())
-                .collect();
-            chain.reverse();
-            chain.iter().map(|a| format!("{a}.")).collect()
-        };
+        let instance_path: Vec<String> = (0..plan.instances())
+            .map(|instance| {
+                let mut chain: Vec<&str> = std::iter::successors(Some(instance), |&i| plan.parent_instance(i))
+                    .map(|i| instance_attr[i].as_str())
+                    .collect();
+                chain.reverse();
+                chain.iter().map(|a| format!("{a}.")).collect()
+            })
+            .collect();
+        let path = |instance: Option<usize>| instance.map_or("", |i| instance_path[i].as_str());
         let mut state = WeightMap::new();
         let mut layer_init = vec![String::new(); graph.layers.len()];
         let mut built = HashSet::new();
         let mut code: Vec<Option<NodeCode>> = Vec::with_capacity(self.nodes.len());
         let mut constructs = Vec::new();
         let mut hooked: Vec<(String, Vec<String>)> = Vec::new();
-        // How many outputs of each node are read: by later nodes, or as the model's outputs.
-        let mut outputs_read = vec![1usize; self.nodes.len()];
-        let read =
-            self.nodes.iter().flat_map(|n| n.args.iter().chain(n.kwargs.iter().map(|(_, a)| a)).flat_map(Arg::ports));
-        for port in read.chain(model_outputs.iter().map(|(_, p)| *p)) {
-            outputs_read[port.node] = outputs_read[port.node].max(port.index + 1);
-        }
         for (index, node) in self.nodes.iter().enumerate() {
             if !self.written[index] {
                 code.push(None);
@@ -353,7 +369,7 @@ impl Module<'_> {
                 attr,
                 ranks: self.ranks,
                 model_input,
-                outputs: outputs_read[index],
+                outputs: self.outputs_read[index],
                 masked_calls,
                 masked: self.masked,
                 what: format!("layer {} ({})", node.label, spec.class_name),
@@ -372,6 +388,7 @@ impl Module<'_> {
             layer_of: &layer_of,
             layer_init: &layer_init,
             instance_attr: &instance_attr,
+            instance_path: &instance_path,
             returned: &returned,
             reserved: &prelude,
         };

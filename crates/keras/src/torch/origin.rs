@@ -197,6 +197,18 @@ impl<'o> Plan<'o> {
         owner.and_then(|chain| chain.first().copied().flatten())
     }
 
+    /// Each kept block's last written node (`written[n]`: node `n` writes code), where its call
+    /// is written; `None` for a block that writes nothing.
+    pub fn last_nodes(&self, written: &[bool]) -> Vec<Option<usize>> {
+        let mut last = vec![None; self.origin.blocks.len()];
+        for node in (0..written.len()).filter(|&n| written[n]) {
+            for block in std::iter::successors(self.scope(node), |&b| self.parent(b)) {
+                last[block] = Some(node); // nodes in running order: the latest is the last
+            }
+        }
+        last
+    }
+
     /// Drops instances until every kept one can be a class: each layer's calls inside its owner,
     /// each kept block's values read outside it only after its last node. `reads[n]` are the
     /// nodes `n` reads; `written[n]` whether node `n` writes code; `layer_nodes` each layer's
@@ -215,16 +227,11 @@ impl<'o> Plan<'o> {
                 }
             }
             if dropped.is_none() {
-                let mut last = vec![0usize; self.origin.blocks.len()];
-                for node in (0..written.len()).filter(|&n| written[n]) {
-                    for block in std::iter::successors(self.scope(node), |&b| self.parent(b)) {
-                        last[block] = last[block].max(node);
-                    }
-                }
+                let last = self.last_nodes(written);
                 'reads: for (reader, read) in reads.iter().enumerate().filter(|(n, _)| written[*n]) {
                     for &producer in read {
                         for block in std::iter::successors(self.scope(producer), |&b| self.parent(b)) {
-                            if !self.within(reader, block) && reader < last[block] {
+                            if !self.within(reader, block) && last[block].is_some_and(|last| reader < last) {
                                 dropped = Some(self.instance_of[block]);
                                 break 'reads;
                             }
